@@ -1,0 +1,5 @@
+"""accel_precision."""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"

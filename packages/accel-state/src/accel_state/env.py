@@ -1,0 +1,267 @@
+"""The environment contract: every environment variable accel reads or the launcher sets.
+
+This is the only module of accel that reads ``os.environ`` (DESIGN.md §4). Each
+variable is declared once as an :class:`EnvVar` with a docstring; the launcher
+writes them by name and the runtime reads them through :meth:`EnvVar.get`.
+Our own names start with ``ACCEL_``; Accelerate's ``ACCELERATE_*`` spellings are
+honoured as aliases so scripts and job files written for Accelerate keep working.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from accel_state.errors import ConfigurationError
+
+__all__ = [
+    "EnvVar",
+    "ENV_VARS",
+    "str_to_bool",
+    "parse_flag_from_env",
+    "parse_choice_from_env",
+    "get_int_from_env",
+    "read",
+    "snapshot",
+    "patch_environment",
+    "clear_environment",
+    "purge_accelerate_environment",
+    "convert_dict_to_env_variables",
+]
+
+_TRUE = {"1", "y", "yes", "t", "true", "on"}
+_FALSE = {"0", "n", "no", "f", "false", "off", ""}
+
+
+def str_to_bool(value: str, to_bool: bool = False) -> int | bool:
+    """Accelerate's ``str_to_bool``: 1/0 (or True/False with ``to_bool``) for yes/no strings."""
+    low = value.strip().lower()
+    if low in _TRUE:
+        result = 1
+    elif low in _FALSE:
+        result = 0
+    else:
+        raise ConfigurationError(
+            f"Invalid truth value {value!r}: use one of 1/0, true/false, yes/no, on/off."
+        )
+    return bool(result) if to_bool else result
+
+
+@dataclass(frozen=True)
+class EnvVar:
+    """One environment variable of the contract.
+
+    ``name`` is the canonical spelling; ``aliases`` are read when ``name`` is unset
+    (Accelerate's ``ACCELERATE_*`` names, torchrun's, SLURM's, MPI's, ...).
+    """
+
+    name: str
+    doc: str
+    aliases: tuple[str, ...] = ()
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return (self.name, *self.aliases)
+
+    def raw(self) -> tuple[str, str] | None:
+        """``(spelling found, value)`` of the first set spelling, or ``None``."""
+        for key in self.names:
+            value = os.environ.get(key)
+            if value is not None:
+                return key, value
+        return None
+
+    def get(self, default: str | None = None) -> str | None:
+        found = self.raw()
+        return default if found is None else found[1]
+
+    def is_set(self) -> bool:
+        return self.raw() is not None
+
+    def get_bool(self, default: bool = False) -> bool:
+        found = self.raw()
+        if found is None:
+            return default
+        key, value = found
+        try:
+            return bool(str_to_bool(value))
+        except ConfigurationError:
+            raise ConfigurationError(
+                f"Environment variable {key}={value!r} is not a boolean: set it to 1 or 0."
+            ) from None
+
+    def get_int(self, default: int | None = None) -> int | None:
+        found = self.raw()
+        if found is None or found[1].strip() == "":
+            return default
+        key, value = found
+        try:
+            return int(value)
+        except ValueError:
+            raise ConfigurationError(
+                f"Environment variable {key}={value!r} is not an integer: set it to a whole number."
+            ) from None
+
+    def set(self, value: object, env: dict[str, str] | None = None) -> None:
+        """Write the canonical name (into ``env`` when given, else ``os.environ``)."""
+        (os.environ if env is None else env)[self.name] = str(value)
+
+
+def _var(name: str, doc: str, *aliases: str) -> EnvVar:
+    var = EnvVar(name, doc, aliases)
+    ENV_VARS[name] = var
+    return var
+
+
+ENV_VARS: dict[str, EnvVar] = {}
+
+# --- set by `accel launch`, read by the runtime --------------------------------------------
+USE_CPU = _var("ACCEL_USE_CPU", "Force the CPU even when an accelerator is present (gloo "
+               "backend for multi-process runs). Set by `accel launch --cpu`.",
+               "ACCELERATE_USE_CPU")
+MIXED_PRECISION = _var("ACCEL_MIXED_PRECISION", "Mixed precision mode: no, fp16, bf16 or fp8. "
+                       "Set by `accel launch --mixed_precision`.", "ACCELERATE_MIXED_PRECISION")
+DEBUG_MODE = _var("ACCEL_DEBUG_MODE", "Check tensor shapes across ranks before each collective "
+                  "and raise DistributedOperationException on a mismatch.",
+                  "ACCELERATE_DEBUG_MODE")
+LAUNCHED = _var("ACCEL_LAUNCHED", "Set to 1 in every worker started by `accel launch`.")
+LOG_LEVEL = _var("ACCEL_LOG_LEVEL", "Level of loggers made by accel_state.logging.get_logger "
+                 "when none is given (DEBUG, INFO, WARNING, ...).", "ACCELERATE_LOG_LEVEL")
+TORCH_DEVICE = _var("ACCEL_TORCH_DEVICE", "Device type to use instead of auto-detection "
+                    "(e.g. cpu, cuda).", "ACCELERATE_TORCH_DEVICE")
+PROCESS_GROUP_TIMEOUT = _var("ACCEL_PROCESS_GROUP_TIMEOUT", "Seconds before a collective gives "
+                             "up; InitProcessGroupKwargs(timeout=...) overrides it.")
+
+# --- the rendezvous variables of torchrun / torch.distributed.run -------------------------
+RANK = _var("RANK", "Global rank of this process (torchrun).")
+WORLD_SIZE = _var("WORLD_SIZE", "Total number of processes (torchrun).")
+LOCAL_RANK = _var("LOCAL_RANK", "Rank of this process on its machine (torchrun).")
+LOCAL_WORLD_SIZE = _var("LOCAL_WORLD_SIZE", "Number of processes on this machine (torchrun).")
+NODE_RANK = _var("NODE_RANK", "Rank of this machine (torchrun's GROUP_RANK).", "GROUP_RANK")
+MASTER_ADDR = _var("MASTER_ADDR", "Address of the rank-0 machine for the TCP rendezvous.")
+MASTER_PORT = _var("MASTER_PORT", "Port of the rank-0 machine for the TCP rendezvous.")
+OMP_NUM_THREADS = _var("OMP_NUM_THREADS", "Intra-op threads per process; the launcher sets it "
+                       "to cores / processes when unset.")
+
+# --- SLURM (srun with one task per process) -----------------------------------------------
+SLURM_PROCID = _var("SLURM_PROCID", "SLURM global task id, used as the rank under srun.")
+SLURM_NTASKS = _var("SLURM_NTASKS", "SLURM task count, used as the world size under srun.")
+SLURM_LOCALID = _var("SLURM_LOCALID", "SLURM task id on the node, used as the local rank.")
+SLURM_NTASKS_PER_NODE = _var("SLURM_NTASKS_PER_NODE", "SLURM tasks per node (local world size).")
+
+# --- MPI launchers (mpirun / mpiexec of Open MPI, MPICH / Intel MPI, MVAPICH) -------------
+MPI_RANK = _var("PMI_RANK", "MPI global rank.", "OMPI_COMM_WORLD_RANK", "MV2_COMM_WORLD_RANK")
+MPI_SIZE = _var("PMI_SIZE", "MPI world size.", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
+MPI_LOCAL_RANK = _var("MPI_LOCALRANKID", "MPI rank on this node.",
+                      "OMPI_COMM_WORLD_LOCAL_RANK", "MV2_COMM_WORLD_LOCAL_RANK")
+MPI_LOCAL_SIZE = _var("MPI_LOCALNRANKS", "MPI ranks on this node.",
+                      "OMPI_COMM_WORLD_LOCAL_SIZE", "MV2_COMM_WORLD_LOCAL_SIZE")
+
+
+def read(name: str) -> str | None:
+    """Value of a declared variable (or of one of its aliases), else ``None``."""
+    try:
+        return ENV_VARS[name].get()
+    except KeyError:
+        raise ConfigurationError(
+            f"{name!r} is not part of accel's environment contract; declare it in accel_state.env."
+        ) from None
+
+
+def snapshot(prefixes: tuple[str, ...] = ("ACCEL", "ACCELERATE")) -> dict[str, str]:
+    """Every set variable whose name starts with one of ``prefixes`` (for `accel env`)."""
+    return {k: v for k, v in sorted(os.environ.items()) if k.startswith(prefixes)}
+
+
+# --- Accelerate's public environment helpers (accelerate.utils.environment) --------------
+
+def parse_flag_from_env(key: str, default: bool = False) -> bool:
+    """Boolean value of the variable ``key`` (1/0, true/false, yes/no, on/off)."""
+    return EnvVar(key, "").get_bool(default)
+
+
+def parse_choice_from_env(key: str, default: str = "no") -> str:
+    return os.environ.get(key, str(default))
+
+
+def get_int_from_env(env_keys: list[str] | tuple[str, ...], default: int) -> int:
+    """First non-negative integer among ``env_keys``, else ``default``."""
+    for key in env_keys:
+        value = EnvVar(key, "").get_int(-1)
+        if value is not None and value >= 0:
+            return value
+    return default
+
+
+@contextlib.contextmanager
+def patch_environment(**kwargs: Any) -> Iterator[None]:
+    """Set upper-cased ``kwargs`` as environment variables inside the block, then restore."""
+    saved: dict[str, str | None] = {}
+    for key, value in kwargs.items():
+        key = key.upper()
+        saved[key] = os.environ.get(key)
+        os.environ[key] = str(value)
+    try:
+        yield
+    finally:
+        for key, old in saved.items():
+            if old is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = old
+
+
+@contextlib.contextmanager
+def clear_environment() -> Iterator[None]:
+    """Run the block with an empty ``os.environ``; restore everything afterwards."""
+    saved = dict(os.environ)
+    os.environ.clear()
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def purge_accelerate_environment(func_or_cls: _F) -> _F:
+    """Decorator: drop ``ACCEL_*``/``ACCELERATE_*`` variables set while the function runs.
+
+    On a class, every ``test*`` method plus ``setUp``/``tearDown`` is wrapped.
+    """
+    if isinstance(func_or_cls, type):
+        for attr, value in list(vars(func_or_cls).items()):
+            if callable(value) and (attr.startswith("test") or attr in ("setUp", "tearDown")):
+                setattr(func_or_cls, attr, purge_accelerate_environment(value))
+        return func_or_cls
+
+    @functools.wraps(func_or_cls)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        before = snapshot()
+        try:
+            return func_or_cls(*args, **kwargs)
+        finally:
+            for key in snapshot():
+                if key not in before:
+                    del os.environ[key]
+                else:
+                    os.environ[key] = before[key]
+
+    return wrapper  # type: ignore[return-value]
+
+
+def convert_dict_to_env_variables(current_env: Mapping[str, Any]) -> list[str]:
+    """``KEY=value\\n`` lines for an env file; keys or values with spaces/semicolons are skipped."""
+    lines = []
+    for key, value in current_env.items():
+        value = str(value)
+        if any(c in key + value for c in (" ", ";", "\n")) or not key:
+            continue
+        lines.append(f"{key}={value}\n")
+    return lines

@@ -1,0 +1,5 @@
+"""accel."""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
