@@ -1,5 +1,49 @@
-"""accel."""
+"""accel: one PyTorch training script on CPU, one GPU, many GPUs and many machines.
+
+The public names are loaded lazily (PEP 562) so ``import accel`` costs nothing until
+a name is used; type checkers see the real imports below.
+"""
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
+
+# public name -> module that defines it
+_EXPORTS = {
+    "Accelerator": "accel.accelerator",
+    "PartialState": "accel_state",
+    "DistributedType": "accel_state",
+    "InitProcessGroupKwargs": "accel_state",
+    "synchronize_rng_states": "accel_state",
+    "DistributedDataParallelKwargs": "accel_parallel",
+    "DDPCommunicationHookType": "accel_parallel",
+}
+
+__all__ = [*_EXPORTS, "__version__"]
+
+if TYPE_CHECKING:
+    from accel_parallel import DDPCommunicationHookType, DistributedDataParallelKwargs
+    from accel_state import (
+        DistributedType,
+        InitProcessGroupKwargs,
+        PartialState,
+        synchronize_rng_states,
+    )
+
+    from accel.accelerator import Accelerator
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'accel' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # cache: the next lookup is a plain module attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

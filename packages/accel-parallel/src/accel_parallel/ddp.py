@@ -1,0 +1,127 @@
+"""Data parallelism with ``torch.nn.parallel.DistributedDataParallel``."""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+from accel_state import ConfigurationError, KwargsHandler
+
+from accel_parallel.strategy import Strategy
+
+if TYPE_CHECKING:
+    from accel_state import PartialState
+
+__all__ = ["DDPStrategy", "DistributedDataParallelKwargs", "DDPCommunicationHookType"]
+
+
+class DDPCommunicationHookType(str, enum.Enum):
+    """Gradient compression hooks DDP can register (Accelerate's names)."""
+
+    NO = "no"
+    FP16 = "fp16"
+    BF16 = "bf16"
+    POWER_SGD = "power_sgd"
+    BATCHED_POWER_SGD = "batched_power_sgd"
+
+
+@dataclass
+class DistributedDataParallelKwargs(KwargsHandler):
+    """Options for ``DistributedDataParallel`` (only fields changed from default are passed)."""
+
+    dim: int = 0
+    broadcast_buffers: bool = True
+    bucket_cap_mb: int = 25
+    find_unused_parameters: bool = False
+    check_reduction: bool = False
+    gradient_as_bucket_view: bool = False
+    static_graph: bool = False
+    comm_hook: DDPCommunicationHookType = DDPCommunicationHookType.NO
+    comm_wrapper: DDPCommunicationHookType = DDPCommunicationHookType.NO
+    comm_state_option: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("comm_hook", "comm_wrapper"):
+            value = getattr(self, name)
+            try:
+                setattr(self, name, DDPCommunicationHookType(value))
+            except ValueError:
+                choices = ", ".join(repr(t.value) for t in DDPCommunicationHookType)
+                raise ConfigurationError(
+                    f"DistributedDataParallelKwargs({name}={value!r}) is not a known hook; "
+                    f"use one of {choices}."
+                ) from None
+
+    def ddp_arguments(self) -> dict[str, Any]:
+        """Keyword arguments for the DDP constructor (the hook fields are not DDP's)."""
+        kwargs = self.to_kwargs()
+        for name in ("comm_hook", "comm_wrapper", "comm_state_option"):
+            kwargs.pop(name, None)
+        return kwargs
+
+    def register_comm_hook(self, model: torch.nn.parallel.DistributedDataParallel) -> None:
+        """Register the requested compression hook (optionally wrapped) on a DDP model."""
+        if self.comm_hook is DDPCommunicationHookType.NO:
+            return
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+
+        hooks = {
+            DDPCommunicationHookType.FP16: default_hooks.fp16_compress_hook,
+            DDPCommunicationHookType.BF16: default_hooks.bf16_compress_hook,
+            DDPCommunicationHookType.POWER_SGD: powerSGD_hook.powerSGD_hook,
+            DDPCommunicationHookType.BATCHED_POWER_SGD: powerSGD_hook.batched_powerSGD_hook,
+        }
+        wrappers = {
+            DDPCommunicationHookType.FP16: default_hooks.fp16_compress_wrapper,
+            DDPCommunicationHookType.BF16: default_hooks.bf16_compress_wrapper,
+        }
+        hook = hooks[self.comm_hook]
+        state = None
+        if self.comm_hook in (DDPCommunicationHookType.POWER_SGD,
+                              DDPCommunicationHookType.BATCHED_POWER_SGD):
+            state = powerSGD_hook.PowerSGDState(process_group=None, **self.comm_state_option)
+        if self.comm_wrapper is not DDPCommunicationHookType.NO:
+            if self.comm_wrapper not in wrappers:
+                raise ConfigurationError(
+                    f"comm_wrapper={self.comm_wrapper.value!r} is not a wrapper; use 'fp16' or 'bf16'."
+                )
+            hook = wrappers[self.comm_wrapper](hook)
+        model.register_comm_hook(state, hook)
+
+
+class DDPStrategy(Strategy):
+    """Replicate the model on every process and all-reduce gradients in backward."""
+
+    name = "ddp"
+
+    def __init__(self, state: PartialState, *, ddp_kwargs: DistributedDataParallelKwargs | None = None,
+                 **options: Any) -> None:
+        super().__init__(state, **options)
+        self.ddp_kwargs = ddp_kwargs or DistributedDataParallelKwargs()
+
+    def prepare_model(self, model: torch.nn.Module, *, device_placement: bool = True,
+                      evaluation_mode: bool = False) -> torch.nn.Module:
+        model = super().prepare_model(model, device_placement=device_placement)
+        if evaluation_mode or not any(p.requires_grad for p in model.parameters()):
+            return model  # nothing to synchronise: DDP would refuse a model without gradients
+        device = next(model.parameters()).device
+        device_ids = None if device.type == "cpu" else [device.index or 0]
+        wrapped = torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=device_ids, output_device=device_ids[0] if device_ids else None,
+            **self.ddp_kwargs.ddp_arguments(),
+        )
+        self.ddp_kwargs.register_comm_hook(wrapped)
+        return wrapped
+
+    def unwrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        if isinstance(model, torch.nn.parallel.DistributedDataParallel):
+            return model.module
+        return model
+
+    def no_sync(self, model: torch.nn.Module) -> contextlib.AbstractContextManager[None]:
+        if isinstance(model, torch.nn.parallel.DistributedDataParallel):
+            return model.no_sync()
+        return contextlib.nullcontext()

@@ -1,0 +1,60 @@
+"""String enums shared by every package (values match Accelerate's, so configs interoperate)."""
+
+from __future__ import annotations
+
+import enum
+
+__all__ = ["BaseEnum", "EnumWithContains", "DistributedType", "ComputeEnvironment",
+           "SageMakerDistributedType"]
+
+
+class EnumWithContains(enum.EnumMeta):
+    """Lets ``"MULTI_CPU" in DistributedType`` test membership by value."""
+
+    def __contains__(cls, item: object) -> bool:
+        try:
+            cls(item)
+        except ValueError:
+            return False
+        return True
+
+
+class BaseEnum(str, enum.Enum, metaclass=EnumWithContains):
+    """A ``str`` enum whose members print as their value."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    @classmethod
+    def list(cls) -> list[str]:
+        return [str(member.value) for member in cls]
+
+
+class DistributedType(BaseEnum):
+    """How the processes of a run cooperate."""
+
+    NO = "NO"
+    MULTI_CPU = "MULTI_CPU"
+    MULTI_GPU = "MULTI_GPU"
+    MULTI_NPU = "MULTI_NPU"
+    MULTI_MLU = "MULTI_MLU"
+    MULTI_SDAA = "MULTI_SDAA"
+    MULTI_MUSA = "MULTI_MUSA"
+    MULTI_XPU = "MULTI_XPU"
+    MULTI_HPU = "MULTI_HPU"
+    MULTI_NEURON = "MULTI_NEURON"
+    DEEPSPEED = "DEEPSPEED"
+    FSDP = "FSDP"
+    XLA = "XLA"
+    MEGATRON_LM = "MEGATRON_LM"
+
+
+class ComputeEnvironment(BaseEnum):
+    LOCAL_MACHINE = "LOCAL_MACHINE"
+    AMAZON_SAGEMAKER = "AMAZON_SAGEMAKER"
+
+
+class SageMakerDistributedType(BaseEnum):
+    NO = "NO"
+    DATA_PARALLEL = "DATA_PARALLEL"
+    MODEL_PARALLEL = "MODEL_PARALLEL"

@@ -1,0 +1,380 @@
+"""Process-wide state: :class:`PartialState` (who am I, which device) and :class:`GradientState`.
+
+Both are "borg" singletons as in Accelerate: every instance shares one ``__dict__`` so
+``PartialState()`` anywhere in a program sees the same process group and device. Tests
+reset them with ``_reset_state()``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from typing import Any, TypeVar
+
+import torch
+import torch.distributed as dist
+
+from accel_state import detect, env
+from accel_state.enums import DistributedType
+from accel_state.errors import ConfigurationError, DistributedError
+from accel_state.kwargs import InitProcessGroupKwargs
+
+__all__ = ["PartialState", "GradientState", "SharedDict", "ThreadLocalSharedDict", "is_initialized"]
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+class SharedDict(dict):
+    """Storage of a borg singleton's attributes (a plain dict, shared by every instance)."""
+
+
+class ThreadLocalSharedDict(threading.local):
+    """Per-thread storage (Accelerate uses it under torch_xla); kept for API compatibility."""
+
+    def __init__(self) -> None:
+        self._storage: dict[str, Any] = {}
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._storage.get(key, default)
+
+    def __getitem__(self, key: str) -> Any:
+        return self._storage[key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self._storage[key] = value
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._storage
+
+    def clear(self) -> None:
+        self._storage.clear()
+
+
+class PartialState:
+    """This process's place in the job: rank, world size, device, backend, process group.
+
+    The first construction detects the launch environment (torchrun / ``accel launch``,
+    SLURM, MPI), picks the device and, with more than one process, initialises the
+    default process group. ``cpu=True`` (or ``ACCEL_USE_CPU=1``, set by
+    ``accel launch --cpu``) forces the CPU and the gloo backend. Extra keyword arguments
+    go to ``torch.distributed.init_process_group`` (``backend``, ``timeout``, ``init_method``).
+    """
+
+    _shared_state: dict[str, Any] = SharedDict()
+
+    def __init__(self, cpu: bool = False, **kwargs: Any) -> None:
+        self.__dict__ = self._shared_state
+        if self.initialized:
+            return
+        try:
+            self._setup(cpu, InitProcessGroupKwargs(**kwargs))
+        except BaseException:
+            self._shared_state.clear()  # a failed set-up must not look initialised next time
+            raise
+
+    # -- construction helpers -----------------------------------------------------------------
+    def _setup(self, cpu: bool, options: InitProcessGroupKwargs) -> None:
+        placement = detect.detect_placement()
+        device_type = detect.select_device_type(cpu)
+        self._cpu = device_type == "cpu"
+        self.debug = env.DEBUG_MODE.get_bool(False)
+        self.fork_launched = False
+        self.num_processes = placement.world_size
+        self.process_index = placement.rank
+        self.local_process_index = placement.local_rank
+        self.launch_source = placement.source
+        self.distributed_type = detect.distributed_type_for_device(device_type, self.num_processes)
+        self.backend: str | None = None
+        self.device = self._pick_device(device_type)
+        if self.num_processes > 1:
+            self.backend = options.backend or detect.backend_for_device(device_type)
+            self._init_process_group(options)
+        elif dist.is_available() and dist.is_initialized():
+            # A process group made by the user (or a framework) before us: adopt it.
+            self._adopt_process_group()
+
+    def _pick_device(self, device_type: str) -> torch.device:
+        if device_type == "cpu":
+            return torch.device("cpu")
+        if device_type == "mps":
+            return torch.device("mps")
+        index = self.local_process_index
+        module = getattr(torch, device_type, None)
+        count = module.device_count() if module is not None and hasattr(module, "device_count") else 0
+        if count and self.num_processes > 1 and index >= count:
+            raise ConfigurationError(
+                f"Local rank {index} has no {device_type} device: only {count} are visible. "
+                "Launch at most one process per device (accel launch --num_processes) or pass --cpu."
+            )
+        return torch.device(device_type, index if count else 0)
+
+    def _init_process_group(self, options: InitProcessGroupKwargs) -> None:
+        if not dist.is_available():
+            raise DistributedError(
+                f"{self.num_processes} processes were launched but this torch build has no "
+                "torch.distributed; install a torch build with distributed support."
+            )
+        if dist.is_initialized():
+            self._adopt_process_group()
+            return
+        if options.init_method is None and not (env.MASTER_ADDR.is_set() and env.MASTER_PORT.is_set()):
+            raise ConfigurationError(
+                f"{self.num_processes} processes detected from {self.launch_source}, but MASTER_ADDR "
+                "and MASTER_PORT are not set. Start the job with `accel launch` (or torchrun), or "
+                "export MASTER_ADDR/MASTER_PORT of the rank-0 machine."
+            )
+        if self.device.type != "cpu" and hasattr(torch, self.device.type):
+            getattr(torch, self.device.type).set_device(self.device)
+        timeout = options.timeout
+        if timeout is None:
+            seconds = env.PROCESS_GROUP_TIMEOUT.get_int()
+            timeout = timedelta(seconds=seconds) if seconds else None
+        kwargs: dict[str, Any] = {"backend": self.backend, "rank": self.process_index,
+                                  "world_size": self.num_processes,
+                                  "init_method": options.init_method or "env://"}
+        if timeout is not None:
+            kwargs["timeout"] = timeout
+        dist.init_process_group(**kwargs)
+        self._owns_process_group = True
+
+    def _adopt_process_group(self) -> None:
+        self.num_processes = dist.get_world_size()
+        self.process_index = dist.get_rank()
+        self.backend = dist.get_backend()
+        self.distributed_type = detect.distributed_type_for_device(self.device.type,
+                                                                   self.num_processes)
+        self._owns_process_group = False
+
+    # -- read-only views ----------------------------------------------------------------------
+    @property
+    def initialized(self) -> bool:
+        return bool(self._shared_state)
+
+    @property
+    def use_distributed(self) -> bool:
+        return self.distributed_type != DistributedType.NO and self.num_processes > 1
+
+    @property
+    def is_main_process(self) -> bool:
+        return self.process_index == 0
+
+    @property
+    def is_local_main_process(self) -> bool:
+        return self.local_process_index == 0
+
+    @property
+    def is_last_process(self) -> bool:
+        return self.process_index == self.num_processes - 1
+
+    @property
+    def default_device(self) -> torch.device:
+        return torch.device(detect.select_device_type(self._cpu))
+
+    def __repr__(self) -> str:
+        return (f"Distributed environment: {self.distributed_type}{f'  Backend: {self.backend}' if self.backend else ''}\n"
+                f"Num processes: {self.num_processes}\nProcess index: {self.process_index}\n"
+                f"Local process index: {self.local_process_index}\nDevice: {self.device}\n")
+
+    # -- synchronisation ----------------------------------------------------------------------
+    def wait_for_everyone(self) -> None:
+        """Barrier across all processes; a no-op in a single process."""
+        if self.use_distributed:
+            dist.barrier()
+
+    @contextlib.contextmanager
+    def _goes_first(self, is_first: bool) -> Iterator[None]:
+        if not is_first:
+            self.wait_for_everyone()
+        yield
+        if is_first:
+            self.wait_for_everyone()
+
+    def main_process_first(self) -> contextlib.AbstractContextManager[None]:
+        """The main process runs the block first (e.g. to download or preprocess), then the rest."""
+        return self._goes_first(self.is_main_process)
+
+    def local_main_process_first(self) -> contextlib.AbstractContextManager[None]:
+        """Like :meth:`main_process_first`, once per machine."""
+        return self._goes_first(self.is_local_main_process)
+
+    # -- run on selected ranks ----------------------------------------------------------------
+    def _only_if(self, predicate: Callable[[], bool], function: _F) -> _F:
+        @functools.wraps(function)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if predicate():
+                return function(*args, **kwargs)
+            return None
+
+        return wrapper  # type: ignore[return-value]
+
+    def on_main_process(self, function: _F) -> _F:
+        return self._only_if(lambda: self.is_main_process, function)
+
+    def on_local_main_process(self, function: _F) -> _F:
+        return self._only_if(lambda: self.is_local_main_process, function)
+
+    def on_last_process(self, function: _F) -> _F:
+        return self._only_if(lambda: self.is_last_process, function)
+
+    def on_process(self, function: _F | None = None, process_index: int | None = None) -> Any:
+        if function is None:
+            return functools.partial(self.on_process, process_index=process_index)
+        return self._only_if(lambda: self.process_index == process_index, function)
+
+    def on_local_process(self, function: _F | None = None,
+                         local_process_index: int | None = None) -> Any:
+        if function is None:
+            return functools.partial(self.on_local_process, local_process_index=local_process_index)
+        return self._only_if(lambda: self.local_process_index == local_process_index, function)
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        """``print`` once per machine (on the local main process)."""
+        if self.is_local_main_process:
+            print(*args, **kwargs)
+
+    # -- data splitting -----------------------------------------------------------------------
+    @contextlib.contextmanager
+    def split_between_processes(self, inputs: Any, apply_padding: bool = False) -> Iterator[Any]:
+        """Yield this process's contiguous share of a list, tuple, dict of sequences or tensor.
+
+        The first ``len % num_processes`` processes get one extra item. With
+        ``apply_padding`` every share is padded with its last item to the longest share,
+        so gathered results have equal sizes (drop the padding afterwards).
+        """
+        if self.num_processes == 1:
+            yield inputs
+            return
+        yield _split(inputs, self.num_processes, self.process_index, apply_padding)
+
+    # -- device / teardown --------------------------------------------------------------------
+    def set_device(self) -> None:
+        """Make :attr:`device` the current device of its accelerator module (no-op on CPU)."""
+        if self.device.type not in ("cpu", "mps") and hasattr(torch, self.device.type):
+            getattr(torch, self.device.type).set_device(self.device)
+
+    def destroy_process_group(self, group: Any = None) -> None:
+        """Destroy ``group`` (default: the group this state initialised)."""
+        if dist.is_available() and dist.is_initialized() and (
+            group is not None or self._shared_state.get("_owns_process_group", False)
+        ):
+            dist.destroy_process_group(group)
+
+    @classmethod
+    def _reset_state(cls) -> None:
+        """Forget everything (tests). Does not destroy the process group."""
+        cls._shared_state.clear()
+
+
+def _split(inputs: Any, n: int, index: int, apply_padding: bool) -> Any:
+    if isinstance(inputs, dict):
+        lengths = {len(v) for v in inputs.values()}
+        if len(lengths) > 1:
+            raise ConfigurationError(
+                "split_between_processes needs every value of the dict to have the same length; "
+                f"got lengths { {k: len(v) for k, v in inputs.items()} }."
+            )
+        return {k: _split(v, n, index, apply_padding) for k, v in inputs.items()}
+    if not hasattr(inputs, "__len__") or not hasattr(inputs, "__getitem__"):
+        raise ConfigurationError(
+            f"split_between_processes cannot split a {type(inputs).__name__}: pass a list, tuple, "
+            "dict of sequences or tensor."
+        )
+    per, extra = divmod(len(inputs), n)
+    start = index * per + min(index, extra)
+    end = start + per + (1 if index < extra else 0)
+    share = inputs[start:end]
+    longest = per + (1 if extra else 0)
+    if apply_padding and len(share) < longest and len(inputs) > 0:
+        filler = share[-1:] if len(share) else inputs[-1:]
+        missing = longest - len(share)
+        if isinstance(share, torch.Tensor):
+            share = torch.cat([share, filler.repeat(missing, *([1] * (share.dim() - 1)))])
+        else:
+            share = share + type(share)(filler) * missing
+    return share
+
+
+class GradientState:
+    """Gradient-synchronisation state shared by the accelerator, optimizers and dataloaders.
+
+    ``sync_gradients`` is False on micro-steps of gradient accumulation; dataloaders
+    report ``end_of_dataloader`` and ``remainder`` here so accumulation and
+    ``gather_for_metrics`` can react to the last batch.
+    """
+
+    _shared_state: dict[str, Any] = SharedDict()
+
+    def __init__(self, gradient_accumulation_plugin: Any = None) -> None:
+        self.__dict__ = self._shared_state
+        if not self.initialized:
+            self.sync_gradients = True
+            self.active_dataloader: Any = None
+            self.dataloader_references: list[Any] = [None]
+            self.plugin_kwargs: dict[str, Any] = {}
+            self.is_xla_gradients_synced = False
+        if gradient_accumulation_plugin is not None:
+            to_kwargs = getattr(gradient_accumulation_plugin, "to_kwargs", None)
+            self.plugin_kwargs = dict(to_kwargs() if to_kwargs else vars(gradient_accumulation_plugin))
+
+    @property
+    def initialized(self) -> bool:
+        return bool(self._shared_state)
+
+    @property
+    def num_steps(self) -> int:
+        return int(self.plugin_kwargs.get("num_steps", 1))
+
+    @property
+    def adjust_scheduler(self) -> bool:
+        return bool(self.plugin_kwargs.get("adjust_scheduler", False))
+
+    @property
+    def sync_with_dataloader(self) -> bool:
+        return bool(self.plugin_kwargs.get("sync_with_dataloader", True))
+
+    @property
+    def sync_each_batch(self) -> bool:
+        return bool(self.plugin_kwargs.get("sync_each_batch", False))
+
+    @property
+    def in_dataloader(self) -> bool:
+        return self.active_dataloader is not None
+
+    @property
+    def end_of_dataloader(self) -> bool:
+        return bool(getattr(self.active_dataloader, "end_of_dataloader", False))
+
+    @property
+    def remainder(self) -> int:
+        return int(getattr(self.active_dataloader, "remainder", -1)) if self.in_dataloader else -1
+
+    def _set_sync_gradients(self, sync_gradients: bool) -> None:
+        self.sync_gradients = sync_gradients
+
+    def _add_dataloader(self, dataloader: Any) -> None:
+        """A dataloader started iterating: it becomes the active one (nesting is supported)."""
+        self.active_dataloader = dataloader
+        self.dataloader_references.append(dataloader)
+
+    def _remove_dataloader(self, dataloader: Any) -> None:
+        """A dataloader finished: the previous one (or none) becomes active again."""
+        if dataloader in self.dataloader_references:
+            self.dataloader_references.remove(dataloader)
+        self.active_dataloader = self.dataloader_references[-1]
+
+    def __repr__(self) -> str:
+        return (f"Sync Gradients: {self.sync_gradients}\nAt end of current dataloader: "
+                f"{self.end_of_dataloader}\nExtra samples added: {self.remainder}\n"
+                f"Gradient accumulation plugin: {self.plugin_kwargs}\n")
+
+    @classmethod
+    def _reset_state(cls) -> None:
+        cls._shared_state.clear()
+
+
+def is_initialized() -> bool:
+    """Whether a :class:`PartialState` has been built in this process."""
+    return bool(PartialState._shared_state)

@@ -1,0 +1,56 @@
+"""Turn the Accelerator's arguments into the objects it delegates to — in one place.
+
+DESIGN.md §4: arguments are resolved once, here, into a Strategy (and, once
+accel-precision is wired, a Precision). The Accelerator itself never branches on a
+concrete backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from accel_parallel import STRATEGIES, DistributedDataParallelKwargs, Strategy
+from accel_state import ConfigurationError, InitProcessGroupKwargs, KwargsHandler, PartialState
+
+__all__ = ["Handlers", "collect_handlers", "resolve_strategy"]
+
+
+@dataclass
+class Handlers:
+    """The kwargs handlers a user passed, at most one of each kind."""
+
+    init_process_group: InitProcessGroupKwargs | None = None
+    ddp: DistributedDataParallelKwargs | None = None
+
+
+_HANDLER_SLOTS = {InitProcessGroupKwargs: "init_process_group", DistributedDataParallelKwargs: "ddp"}
+
+
+def collect_handlers(kwargs_handlers: Iterable[Any] | None) -> Handlers:
+    """Sort handlers into their slots; a duplicate or an unknown object is an error."""
+    handlers = Handlers()
+    for handler in kwargs_handlers or ():
+        slot = next((name for cls, name in _HANDLER_SLOTS.items() if isinstance(handler, cls)), None)
+        if slot is None:
+            known = ", ".join(cls.__name__ for cls in _HANDLER_SLOTS)
+            kind = "kwargs handler" if isinstance(handler, KwargsHandler) else "object"
+            raise ConfigurationError(
+                f"Accelerator(kwargs_handlers=...) got an unsupported {kind} {handler!r}; "
+                f"supported handlers: {known}."
+            )
+        if getattr(handlers, slot) is not None:
+            raise ConfigurationError(
+                f"Accelerator(kwargs_handlers=...) got more than one {type(handler).__name__}; "
+                "pass each kind of handler once."
+            )
+        setattr(handlers, slot, handler)
+    return handlers
+
+
+def resolve_strategy(state: PartialState, handlers: Handlers) -> Strategy:
+    """Data parallelism when several processes run, else a single device."""
+    if state.use_distributed:
+        return STRATEGIES.get("ddp")(state, ddp_kwargs=handlers.ddp)
+    return STRATEGIES.get("single")(state)

@@ -1,0 +1,261 @@
+"""The ``Accelerator``: four lines turn a PyTorch script into a distributed one.
+
+It owns the process state, resolves its arguments once into a Strategy
+(``accel._resolve``) and delegates: data to accel-data, collectives to accel-state,
+model wrapping to the strategy. Kept thin on purpose.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import torch
+from accel_data import prepare_data_loader as _shard_data_loader
+from accel_parallel import extract_model_from_parallel
+from accel_state import (
+    DistributedType,
+    GradientState,
+    PartialState,
+    gather,
+    pad_across_processes,
+    reduce,
+)
+
+from accel._resolve import collect_handlers, resolve_strategy
+from accel.optimizer import AcceleratedOptimizer
+from accel.scheduler import AcceleratedScheduler
+
+__all__ = ["Accelerator"]
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+class Accelerator:
+    """Prepare a model, optimizer, dataloader and scheduler for the current launch setting.
+
+    Args:
+        device_placement: move prepared models and batches to :attr:`device`.
+        cpu: run on the CPU even when an accelerator is present (gloo backend).
+        kwargs_handlers: ``InitProcessGroupKwargs`` / ``DistributedDataParallelKwargs``.
+        step_scheduler_with_optimizer: step prepared schedulers only when the optimizer steps.
+    """
+
+    def __init__(self, device_placement: bool = True, cpu: bool = False,
+                 kwargs_handlers: list[Any] | None = None,
+                 step_scheduler_with_optimizer: bool = True) -> None:
+        self._handlers = collect_handlers(kwargs_handlers)
+        group_options = self._handlers.init_process_group
+        self.state = PartialState(cpu, **(group_options.to_kwargs() if group_options else {}))
+        self.gradient_state = GradientState()
+        self.device_placement = device_placement
+        self.step_scheduler_with_optimizer = step_scheduler_with_optimizer
+        self._strategy = resolve_strategy(self.state, self._handlers)
+        self._models: list[torch.nn.Module] = []
+        self._optimizers: list[AcceleratedOptimizer] = []
+        self._schedulers: list[AcceleratedScheduler] = []
+        self._dataloaders: list[Any] = []
+        self._custom_objects: list[Any] = []
+        self.step = 0
+
+    # -- views of the process state ----------------------------------------------------------
+    @property
+    def device(self) -> torch.device:
+        return self.state.device
+
+    @property
+    def distributed_type(self) -> DistributedType:
+        return self.state.distributed_type
+
+    @property
+    def num_processes(self) -> int:
+        return self.state.num_processes
+
+    @property
+    def process_index(self) -> int:
+        return self.state.process_index
+
+    @property
+    def local_process_index(self) -> int:
+        return self.state.local_process_index
+
+    @property
+    def is_main_process(self) -> bool:
+        return self.state.is_main_process
+
+    @property
+    def is_local_main_process(self) -> bool:
+        return self.state.is_local_main_process
+
+    @property
+    def is_last_process(self) -> bool:
+        return self.state.is_last_process
+
+    @property
+    def use_distributed(self) -> bool:
+        return self.state.use_distributed
+
+    @property
+    def sync_gradients(self) -> bool:
+        return self.gradient_state.sync_gradients
+
+    @property
+    def strategy(self) -> Any:
+        """The Strategy object that wraps models (single device, DDP, ...)."""
+        return self._strategy
+
+    # -- prepare -----------------------------------------------------------------------------
+    def prepare(self, *args: Any, device_placement: list[bool] | None = None) -> Any:
+        """Prepare each object for the current setting and return them in the same order.
+
+        Models are moved and wrapped (DDP with several processes), optimizers and
+        schedulers wrapped, dataloaders sharded per process. Anything else is returned
+        unchanged. One argument returns one object, several return a tuple.
+        """
+        if device_placement is None:
+            device_placement = [self.device_placement] * len(args)
+        elif len(device_placement) != len(args):
+            raise ValueError(
+                f"prepare() got {len(args)} objects but device_placement has "
+                f"{len(device_placement)} entries; give one bool per object."
+            )
+        # Models first, so optimizers and schedulers see the final parameters.
+        order = sorted(range(len(args)), key=lambda i: _preparation_rank(args[i]))
+        result = list(args)
+        for i in order:
+            result[i] = self._prepare_one(result[i], device_placement[i])
+        return result[0] if len(result) == 1 else tuple(result)
+
+    def _prepare_one(self, obj: Any, device_placement: bool) -> Any:
+        if getattr(obj, "_is_accelerate_prepared", False):
+            return obj
+        if isinstance(obj, torch.nn.Module):
+            return self.prepare_model(obj, device_placement=device_placement)
+        if isinstance(obj, torch.optim.Optimizer):
+            return self.prepare_optimizer(obj, device_placement=device_placement)
+        if isinstance(obj, torch.utils.data.DataLoader):
+            return self.prepare_data_loader(obj, device_placement=device_placement)
+        if isinstance(obj, torch.optim.lr_scheduler.LRScheduler):
+            return self.prepare_scheduler(obj)
+        return obj
+
+    def prepare_model(self, model: torch.nn.Module, device_placement: bool | None = None,
+                      evaluation_mode: bool = False) -> torch.nn.Module:
+        placement = self.device_placement if device_placement is None else device_placement
+        prepared = self._strategy.prepare_model(model, device_placement=placement,
+                                                evaluation_mode=evaluation_mode)
+        prepared._is_accelerate_prepared = True
+        self._models.append(prepared)
+        return prepared
+
+    def prepare_optimizer(self, optimizer: torch.optim.Optimizer,
+                          device_placement: bool | None = None) -> AcceleratedOptimizer:
+        placement = self.device_placement if device_placement is None else device_placement
+        prepared = AcceleratedOptimizer(optimizer, device_placement=placement)
+        prepared._is_accelerate_prepared = True
+        self._optimizers.append(prepared)
+        return prepared
+
+    def prepare_scheduler(self, scheduler: Any) -> AcceleratedScheduler:
+        own = [opt for opt in self._optimizers if opt.optimizer is scheduler.optimizer]
+        prepared = AcceleratedScheduler(scheduler, own or self._optimizers,
+                                        step_with_optimizer=self.step_scheduler_with_optimizer)
+        prepared._is_accelerate_prepared = True
+        self._schedulers.append(prepared)
+        return prepared
+
+    def prepare_data_loader(self, data_loader: torch.utils.data.DataLoader,
+                            device_placement: bool | None = None) -> Any:
+        placement = self.device_placement if device_placement is None else device_placement
+        prepared = _shard_data_loader(
+            data_loader, device=self.device, num_processes=self.num_processes,
+            process_index=self.process_index, put_on_device=placement,
+        )
+        self._dataloaders.append(prepared)
+        return prepared
+
+    # -- training ----------------------------------------------------------------------------
+    def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
+        """Use instead of ``loss.backward()``; the strategy may scale or route it."""
+        self._strategy.backward(loss, **kwargs)
+
+    def no_sync(self, model: torch.nn.Module) -> contextlib.AbstractContextManager[None]:
+        """Skip the gradient all-reduce inside the block (local accumulation)."""
+        return self._strategy.no_sync(model)
+
+    def unwrap_model(self, model: torch.nn.Module, keep_fp32_wrapper: bool = True,
+                     keep_torch_compile: bool = True) -> torch.nn.Module:
+        return extract_model_from_parallel(model, keep_fp32_wrapper, keep_torch_compile)
+
+    # -- collectives -------------------------------------------------------------------------
+    def gather(self, tensor: Any) -> Any:
+        """All-gather (nested) tensors from every process, concatenated on dim 0."""
+        return gather(tensor)
+
+    def reduce(self, tensor: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
+        return reduce(tensor, reduction, scale)
+
+    def pad_across_processes(self, tensor: Any, dim: int = 0, pad_index: int = 0,
+                             pad_first: bool = False) -> Any:
+        return pad_across_processes(tensor, dim=dim, pad_index=pad_index, pad_first=pad_first)
+
+    def wait_for_everyone(self) -> None:
+        self.state.wait_for_everyone()
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        """``print`` once per machine."""
+        self.state.print(*args, **kwargs)
+
+    def split_between_processes(self, inputs: Any, apply_padding: bool = False
+                                ) -> contextlib.AbstractContextManager[Any]:
+        return self.state.split_between_processes(inputs, apply_padding=apply_padding)
+
+    def main_process_first(self) -> contextlib.AbstractContextManager[None]:
+        return self.state.main_process_first()
+
+    def local_main_process_first(self) -> contextlib.AbstractContextManager[None]:
+        return self.state.local_main_process_first()
+
+    def on_main_process(self, function: _F) -> _F:
+        return self.state.on_main_process(function)
+
+    def on_local_main_process(self, function: _F) -> _F:
+        return self.state.on_local_main_process(function)
+
+    def on_last_process(self, function: _F) -> _F:
+        return self.state.on_last_process(function)
+
+    def on_process(self, function: _F | None = None, process_index: int | None = None) -> Any:
+        return self.state.on_process(function, process_index=process_index)
+
+    def on_local_process(self, function: _F | None = None,
+                         local_process_index: int | None = None) -> Any:
+        return self.state.on_local_process(function, local_process_index=local_process_index)
+
+    # -- saving ------------------------------------------------------------------------------
+    def save(self, obj: Any, f: Any, safe_serialization: bool = False) -> None:
+        """Save ``obj`` to ``f`` from the main process only (others return at once).
+
+        ``safe_serialization=True`` writes a flat dict of tensors with safetensors.
+        """
+        if not self.is_main_process:
+            return
+        if safe_serialization:
+            from accel_state.imports import require
+
+            safetensors_torch = require("safetensors.torch", package="safetensors",
+                                        feature="Accelerator.save(safe_serialization=True)")
+            safetensors_torch.save_file(obj, f, metadata={"format": "pt"})
+        else:
+            torch.save(obj, f)
+
+
+def _preparation_rank(obj: Any) -> int:
+    if isinstance(obj, torch.nn.Module):
+        return 0
+    if isinstance(obj, torch.optim.Optimizer):
+        return 1
+    if isinstance(obj, torch.optim.lr_scheduler.LRScheduler):
+        return 3
+    return 2

@@ -1,0 +1,104 @@
+"""``AcceleratedOptimizer``: the user's optimizer, stepping only on gradient-sync steps."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from accel_state import GradientState, send_to_device
+
+__all__ = ["AcceleratedOptimizer", "move_to_device"]
+
+
+def move_to_device(state: Any, device: torch.device) -> Any:
+    """Move every tensor of an optimizer state dict to ``device``."""
+    return send_to_device(state, device)
+
+
+class AcceleratedOptimizer(torch.optim.Optimizer):
+    """Wraps an optimizer so that ``step``/``zero_grad`` are skipped during gradient accumulation.
+
+    It is an ``Optimizer`` (isinstance checks and LR schedulers keep working) but keeps no
+    state of its own: ``param_groups``, ``state`` and ``defaults`` are the wrapped ones.
+    """
+
+    def __init__(self, optimizer: torch.optim.Optimizer, device_placement: bool = True,
+                 scaler: Any = None) -> None:
+        self.optimizer = optimizer
+        self.scaler = scaler
+        self.gradient_state = GradientState()
+        self.device_placement = device_placement
+        self._is_overflow = False
+        self._accelerate_step_called = False
+
+    # Delegated views of the wrapped optimizer -------------------------------------------------
+    @property
+    def state(self) -> Any:  # type: ignore[override]
+        return self.optimizer.state
+
+    @state.setter
+    def state(self, value: Any) -> None:
+        self.optimizer.state = value
+
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:  # type: ignore[override]
+        return self.optimizer.param_groups
+
+    @param_groups.setter
+    def param_groups(self, value: list[dict[str, Any]]) -> None:
+        self.optimizer.param_groups = value
+
+    @property
+    def defaults(self) -> dict[str, Any]:  # type: ignore[override]
+        return self.optimizer.defaults
+
+    @defaults.setter
+    def defaults(self, value: dict[str, Any]) -> None:
+        self.optimizer.defaults = value
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        self.optimizer.add_param_group(param_group)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.optimizer.state_dict()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Load, moving tensors to the parameters' device first (a checkpoint may be on CPU)."""
+        if self.device_placement and self.param_groups and self.param_groups[0]["params"]:
+            state_dict = move_to_device(state_dict, self.param_groups[0]["params"][0].device)
+        self.optimizer.load_state_dict(state_dict)
+
+    # Stepping ---------------------------------------------------------------------------------
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        if self.gradient_state.sync_gradients:
+            self.optimizer.zero_grad(set_to_none=set_to_none)
+
+    def step(self, closure: Any = None) -> Any:
+        """Step the wrapped optimizer, except on accumulation micro-steps."""
+        if not self.gradient_state.sync_gradients:
+            return None
+        self._accelerate_step_called = True
+        return self.optimizer.step(closure) if closure is not None else self.optimizer.step()
+
+    @property
+    def step_was_skipped(self) -> bool:
+        """Whether the last ``step`` was skipped because of an fp16 overflow."""
+        return self._is_overflow
+
+    def train(self) -> None:
+        """For schedule-free optimizers, which switch weights between train and eval."""
+        if hasattr(self.optimizer, "train"):
+            self.optimizer.train()
+
+    def eval(self) -> None:
+        if hasattr(self.optimizer, "eval"):
+            self.optimizer.eval()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+    def __repr__(self) -> str:
+        return f"AcceleratedOptimizer({self.optimizer!r})"

@@ -1,0 +1,63 @@
+"""``AcceleratedScheduler``: steps the LR schedule in step with the optimizers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from accel_state import GradientState, PartialState
+
+__all__ = ["AcceleratedScheduler"]
+
+
+class AcceleratedScheduler:
+    """Wraps an LR scheduler so its schedule is defined over the *unsharded* dataloader.
+
+    Each process sees ``1 / num_processes`` of the batches, so one optimizer step covers
+    ``num_processes`` steps of the user's schedule: the scheduler steps that many times
+    (once with ``split_batches``, where the batch itself was split). It does not step on
+    accumulation micro-steps nor after an optimizer step skipped for overflow.
+    """
+
+    def __init__(self, scheduler: Any, optimizers: Any, step_with_optimizer: bool = True,
+                 split_batches: bool = False) -> None:
+        self.scheduler = scheduler
+        self.optimizers = optimizers if isinstance(optimizers, (list, tuple)) else [optimizers]
+        self.split_batches = split_batches
+        self.step_with_optimizer = step_with_optimizer
+        self.gradient_state = GradientState()
+
+    def step(self, *args: Any, **kwargs: Any) -> None:
+        if not self.step_with_optimizer:
+            self.scheduler.step(*args, **kwargs)
+            return
+        if not self.gradient_state.sync_gradients:
+            if self.gradient_state.adjust_scheduler:
+                self.scheduler._step_count += 1
+            return
+        if any(getattr(opt, "step_was_skipped", False) for opt in self.optimizers):
+            return
+        repeats = 1 if self.split_batches else PartialState().num_processes
+        total = getattr(self.scheduler, "total_steps", None)
+        for _ in range(repeats):
+            if total is not None and self.scheduler._step_count > total:
+                break  # e.g. OneCycleLR raises past its last step
+            self.scheduler.step(*args, **kwargs)
+
+    # Delegation -------------------------------------------------------------------------------
+    def get_last_lr(self) -> list[float]:
+        return self.scheduler.get_last_lr()
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.scheduler.state_dict()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.scheduler.load_state_dict(state_dict)
+
+    def get_lr(self) -> Any:
+        return self.scheduler.get_lr()
+
+    def print_lr(self, *args: Any, **kwargs: Any) -> Any:
+        return self.scheduler.print_lr(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"AcceleratedScheduler({self.scheduler!r})"

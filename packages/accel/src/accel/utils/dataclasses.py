@@ -1,0 +1,20 @@
+"""Accelerate's ``accelerate.utils.dataclasses`` path: enums and kwargs handlers."""
+
+from __future__ import annotations
+
+from accel_parallel import DDPCommunicationHookType, DistributedDataParallelKwargs
+from accel_state.enums import (
+    BaseEnum,
+    ComputeEnvironment,
+    DistributedType,
+    EnumWithContains,
+    SageMakerDistributedType,
+)
+from accel_state.kwargs import InitProcessGroupKwargs, KwargsHandler
+from accel_state.random import RNGType
+from accel_state.operations import TensorInformation
+
+__all__ = ["BaseEnum", "ComputeEnvironment", "DDPCommunicationHookType",
+           "DistributedDataParallelKwargs", "DistributedType", "EnumWithContains",
+           "InitProcessGroupKwargs", "KwargsHandler", "RNGType", "SageMakerDistributedType",
+           "TensorInformation"]

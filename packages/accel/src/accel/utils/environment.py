@@ -1,0 +1,20 @@
+"""Accelerate's ``accelerate.utils.environment`` path."""
+
+from __future__ import annotations
+
+from accel_state.detect import CPUInformation, get_cpu_distributed_information
+from accel_state.env import (
+    clear_environment,
+    convert_dict_to_env_variables,
+    get_int_from_env,
+    parse_choice_from_env,
+    parse_flag_from_env,
+    patch_environment,
+    purge_accelerate_environment,
+    str_to_bool,
+)
+
+__all__ = ["CPUInformation", "clear_environment", "convert_dict_to_env_variables",
+           "get_cpu_distributed_information", "get_int_from_env", "parse_choice_from_env",
+           "parse_flag_from_env", "patch_environment", "purge_accelerate_environment",
+           "str_to_bool"]

@@ -1,0 +1,37 @@
+"""Helpers for tests that start real processes through `accel launch`."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPTS = Path(__file__).parent / "scripts"
+
+
+def accel_launch(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    """Run ``accel launch ARGS`` in a subprocess; returns the finished process (text output)."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("ACCEL_", "ACCELERATE_")) and k not in ("RANK", "WORLD_SIZE")}
+    env["PYTHONUNBUFFERED"] = "1"
+    return subprocess.run([sys.executable, "-m", "accel_launch", "launch", *args], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture
+def launch():
+    return accel_launch
+
+
+@pytest.fixture
+def scripts() -> Path:
+    return SCRIPTS
+
+
+@pytest.fixture
+def repo() -> Path:
+    return REPO

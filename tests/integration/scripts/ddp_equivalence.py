@@ -1,0 +1,50 @@
+"""Train a few steps and save the initial and final parameters (rank 0) to argv[1].
+
+With N processes and per-process batch B, data-parallel training must give the same
+parameters as 1 process with batch N*B: the test runs both and compares.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from accel import Accelerator
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("output")
+    parser.add_argument("--batch-size", type=int, required=True)
+    parser.add_argument("--steps", type=int, default=6)
+    args = parser.parse_args()
+
+    torch.manual_seed(0)
+    x = torch.randn(96, 6)
+    y = (x.sum(dim=1, keepdim=True) > 0).float()
+    model = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9)
+    initial = {k: v.clone() for k, v in model.state_dict().items()}
+    loader = DataLoader(TensorDataset(x, y), batch_size=args.batch_size, shuffle=False)
+
+    accelerator = Accelerator(cpu=True)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    steps = 0
+    while steps < args.steps:
+        for xb, yb in loader:
+            optimizer.zero_grad()
+            loss = nn.functional.binary_cross_entropy_with_logits(model(xb), yb)
+            accelerator.backward(loss)
+            optimizer.step()
+            steps += 1
+            if steps == args.steps:
+                break
+    final = {k: v.clone() for k, v in accelerator.unwrap_model(model).state_dict().items()}
+    accelerator.save({"initial": initial, "final": final}, args.output)
+
+
+if __name__ == "__main__":
+    main()
