@@ -24,7 +24,7 @@ def make_data(num_samples: int = 512, seed: int = 0) -> TensorDataset:
     """A small learnable problem: y = sin(x @ w) plus noise."""
     generator = torch.Generator().manual_seed(seed)
     x = torch.randn(num_samples, 8, generator=generator)
-    w = torch.randn(8, 1, generator=generator)
+    w = 0.3 * torch.randn(8, 1, generator=generator)
     y = torch.sin(x @ w) + 0.05 * torch.randn(num_samples, 1, generator=generator)
     return TensorDataset(x, y)
 

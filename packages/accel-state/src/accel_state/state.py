@@ -7,6 +7,7 @@ reset them with ``_reset_state()``.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import threading
@@ -139,6 +140,7 @@ class PartialState:
             kwargs["timeout"] = timeout
         dist.init_process_group(**kwargs)
         self._owns_process_group = True
+        atexit.register(_destroy_owned_group_at_exit)
 
     def _adopt_process_group(self) -> None:
         self.num_processes = dist.get_world_size()
@@ -295,6 +297,12 @@ def _split(inputs: Any, n: int, index: int, apply_padding: bool) -> Any:
         else:
             share = share + type(share)(filler) * missing
     return share
+
+
+def _destroy_owned_group_at_exit() -> None:
+    """Tear down the group we created: a live gloo group at interpreter exit aborts the process."""
+    if PartialState._shared_state.get("_owns_process_group") and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 class GradientState:

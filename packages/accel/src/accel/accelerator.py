@@ -242,11 +242,9 @@ class Accelerator:
         if not self.is_main_process:
             return
         if safe_serialization:
-            from accel_state.imports import require
+            from safetensors.torch import save_file  # imported here: only this path needs it
 
-            safetensors_torch = require("safetensors.torch", package="safetensors",
-                                        feature="Accelerator.save(safe_serialization=True)")
-            safetensors_torch.save_file(obj, f, metadata={"format": "pt"})
+            save_file(obj, f, metadata={"format": "pt"})
         else:
             torch.save(obj, f)
 

@@ -1,0 +1,29 @@
+"""Fixtures for accel-state tests: a clean environment and fresh singletons per test."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+_LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+                "MASTER_PORT", "GROUP_RANK", "NODE_RANK", "SLURM_PROCID", "SLURM_NTASKS",
+                "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE", "PMI_RANK", "PMI_SIZE",
+                "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+                "OMPI_COMM_WORLD_LOCAL_SIZE", "MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE",
+                "MPI_LOCALRANKID", "MPI_LOCALNRANKS")
+
+
+@pytest.fixture(autouse=True)
+def clean_state(monkeypatch: pytest.MonkeyPatch):
+    """No launcher variables leak in, and every test starts with unbuilt singletons."""
+    from accel_state import GradientState, PartialState
+
+    for key in list(os.environ):
+        if key in _LAUNCH_VARS or key.startswith(("ACCEL_", "ACCELERATE_")):
+            monkeypatch.delenv(key)
+    PartialState._reset_state()
+    GradientState._reset_state()
+    yield
+    PartialState._reset_state()
+    GradientState._reset_state()
