@@ -1,4 +1,4 @@
-"""accel_inference."""
+"""accel-inference: reserved in the 0.1 workspace; its features arrive in a later release."""
 
 from __future__ import annotations
 

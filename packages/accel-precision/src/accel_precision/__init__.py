@@ -1,4 +1,4 @@
-"""accel_precision."""
+"""accel-precision: reserved in the 0.1 workspace; its features arrive in a later release."""
 
 from __future__ import annotations
 

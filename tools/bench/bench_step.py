@@ -1,0 +1,90 @@
+"""Training-step overhead of ``Accelerator`` against the same raw PyTorch loop, same run.
+
+One sample = one epoch (data loading, forward, backward, optimizer step) of a small
+MLP. Raw and accel epochs alternate; the ratio of medians is reported. Target: at most
+1.02 (2% slower). One process:
+
+    uv run python tools/bench/bench_step.py
+
+Two processes (raw = DistributedDataParallel + DistributedSampler):
+
+    uv run accel launch --cpu --num_processes 2 tools/bench/bench_step.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+import torch.distributed as dist
+from common import interleaved, report
+from torch import nn
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+from accel import Accelerator
+
+
+def make_model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(),
+                         nn.Linear(256, 10))
+
+
+def epoch_runner(model: nn.Module, optimizer: torch.optim.Optimizer, loader: DataLoader,
+                 backward) -> callable:
+    """A function that trains one epoch and returns its wall time in seconds."""
+    loss_fn = nn.CrossEntropyLoss()
+
+    def run() -> float:
+        start = time.perf_counter()
+        for x, y in loader:
+            optimizer.zero_grad()
+            backward(loss_fn(model(x), y))
+            optimizer.step()
+        return time.perf_counter() - start
+
+    return run
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--steps", type=int, default=60, help="steps per epoch per process")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--repeats", type=int, default=21)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+
+    accelerator = Accelerator(cpu=True)
+    world = accelerator.num_processes
+    n = args.steps * args.batch_size * world
+    data = TensorDataset(torch.randn(n, 64), torch.randint(0, 10, (n,)))
+
+    raw_model = make_model()
+    raw_sampler = None
+    if world > 1:
+        raw_model = nn.parallel.DistributedDataParallel(raw_model)
+        raw_sampler = DistributedSampler(data, shuffle=False)
+    raw_loader = DataLoader(data, batch_size=args.batch_size, sampler=raw_sampler)
+    raw_opt = torch.optim.SGD(raw_model.parameters(), lr=0.01)
+    raw = epoch_runner(raw_model, raw_opt, raw_loader, lambda loss: loss.backward())
+
+    model = make_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    model, opt, loader = accelerator.prepare(
+        model, opt, DataLoader(data, batch_size=args.batch_size, shuffle=False))
+    acc = epoch_runner(model, opt, loader, accelerator.backward)
+
+    raw(), acc()  # warm-up
+    samples = interleaved({"raw torch": raw, "accel": acc}, args.repeats)
+    per_step = {k: [v / args.steps * 1e3 for v in vs] for k, vs in samples.items()}
+    if accelerator.is_main_process:
+        report(f"step ({world} process{'es' if world > 1 else ''})", "raw torch", "accel",
+               per_step, unit="ms", target=1.02,
+               extra={"processes": world, "batch_size": args.batch_size, "steps": args.steps})
+    if world > 1:
+        dist.barrier()
+
+
+if __name__ == "__main__":
+    main()
