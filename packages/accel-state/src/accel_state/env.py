@@ -265,3 +265,17 @@ def convert_dict_to_env_variables(current_env: Mapping[str, Any]) -> list[str]:
             continue
         lines.append(f"{key}={value}\n")
     return lines
+
+
+# --- accel-launch: variables `accel launch` reads in the launcher process ------------------
+ELASTIC_SHUTDOWN_TIMEOUT = _var(
+    "TORCH_ELASTIC_SHUTDOWN_TIMEOUT",
+    "Seconds torch's elastic agent gives the workers between the stop signal and SIGKILL "
+    "when `accel launch` is interrupted or ends. `accel launch` uses 5 s unless this is set. "
+    "(After a worker failure torch itself always allows 30 s, which matters only for "
+    "workers that ignore SIGTERM.)")
+
+# --- accel_state.random: variables set for deterministic runs ------------------------------
+CUBLAS_WORKSPACE_CONFIG = _var("CUBLAS_WORKSPACE_CONFIG", "cuBLAS workspace setting; "
+                               "set_seed(deterministic=True) sets it to ':4096:8' when unset, "
+                               "since deterministic CUDA matmuls require it.")

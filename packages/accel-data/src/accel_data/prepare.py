@@ -1,0 +1,194 @@
+"""``prepare_data_loader``: rebuild a user's DataLoader as this rank's ``DataLoaderShard``.
+
+Usable without an ``Accelerator``: the caller names the world (or it is read from an
+initialised ``torch.distributed``). The user's loader is never modified; its dataset,
+collate function, worker settings and generator are reused as they are.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from accel_state.errors import ConfigurationError
+from accel_state.operations import broadcast_object_list
+from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler, Sampler
+
+from accel_data.loaders import DataLoaderShard
+from accel_data.samplers import SeedableRandomSampler
+from accel_data.sharding import BatchSamplerShard, IterableDatasetShard, _check_world
+
+__all__ = ["prepare_data_loader"]
+
+# DataLoader settings carried over unchanged (those this torch version accepts).
+_CARRIED = ("num_workers", "collate_fn", "pin_memory", "timeout", "worker_init_fn",
+            "multiprocessing_context", "generator", "prefetch_factor", "persistent_workers",
+            "pin_memory_device", "in_order")
+_ACCEPTED = frozenset(inspect.signature(DataLoader.__init__).parameters)
+
+
+class _ItemShardSampler(Sampler[int]):
+    """Index sampler for a ``batch_size=None`` loader: flattens a shard of 1-index batches."""
+
+    def __init__(self, batch_sampler: BatchSamplerShard) -> None:
+        self.batch_sampler = batch_sampler
+
+    def __iter__(self) -> Iterator[int]:
+        for batch in self.batch_sampler:
+            yield from batch
+
+    def __len__(self) -> int:
+        return len(self.batch_sampler)
+
+
+def _world(num_processes: int | None, process_index: int | None) -> tuple[int, int]:
+    """Fill what the caller left out from torch.distributed (or a single process)."""
+    live = dist.is_available() and dist.is_initialized()
+    if num_processes is None:
+        num_processes = dist.get_world_size() if live else 1
+    if process_index is None:
+        process_index = dist.get_rank() if live else 0
+    _check_world(num_processes, process_index)
+    return num_processes, process_index
+
+
+def _carried_kwargs(dataloader: DataLoader) -> dict[str, Any]:
+    return {key: getattr(dataloader, key) for key in _CARRIED
+            if key in _ACCEPTED and hasattr(dataloader, key)}
+
+
+def _shared_seed(data_seed: int | None, sampler: RandomSampler, num_processes: int) -> int:
+    """One shuffle seed for every rank: ``data_seed``, else rank 0's seed broadcast."""
+    if data_seed is not None:
+        return int(data_seed)
+    generator = sampler.generator
+    seed = generator.initial_seed() if generator is not None else torch.initial_seed()
+    if dist.is_available() and dist.is_initialized():
+        box = [seed]
+        broadcast_object_list(box, from_process=0)
+        return int(box[0])
+    if num_processes > 1 and generator is None:
+        raise ConfigurationError(
+            f"Shuffling across num_processes={num_processes} needs the same seed on every rank, "
+            "but torch.distributed is not initialised (so rank 0's seed cannot be broadcast) "
+            "and no data_seed was given; pass data_seed=<int> (the same on every rank) or "
+            "initialise the process group before preparing the loader.")
+    return seed
+
+
+def _seedable(sampler: Any, data_seed: int | None, num_processes: int) -> Any:
+    """A plain ``RandomSampler`` becomes a ``SeedableRandomSampler`` seeded alike on all ranks."""
+    if type(sampler) is not RandomSampler:
+        return sampler
+    return SeedableRandomSampler(
+        sampler.data_source, replacement=sampler.replacement,
+        num_samples=getattr(sampler, "_num_samples", None), generator=sampler.generator,
+        data_seed=_shared_seed(data_seed, sampler, num_processes))
+
+
+def _with_index_sampler(batch_sampler: Any, data_seed: int | None, num_processes: int) -> Any:
+    """``batch_sampler`` with its index sampler made seedable (a copy; the user's is untouched)."""
+    inner = getattr(batch_sampler, "sampler", None)
+    replaced = _seedable(inner, data_seed, num_processes)
+    if replaced is inner:
+        return batch_sampler
+    if type(batch_sampler) is BatchSampler:
+        return BatchSampler(replaced, batch_sampler.batch_size, batch_sampler.drop_last)
+    clone = copy.copy(batch_sampler)
+    clone.sampler = replaced
+    return clone
+
+
+def _prepare_iterable(dataloader: DataLoader, num_processes: int, process_index: int,
+                      split_batches: bool, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Keyword arguments of the shard loader for an ``IterableDataset``."""
+    dataset, batch_size = dataloader.dataset, dataloader.batch_size
+    if num_processes == 1:
+        return dict(kwargs, dataset=dataset, batch_size=batch_size,
+                    drop_last=dataloader.drop_last)
+    if batch_size is None:
+        if split_batches:
+            raise ConfigurationError(
+                "split_batches=True cannot split the items of a DataLoader built with "
+                "batch_size=None; give the DataLoader a batch_size or use split_batches=False.")
+        shard = IterableDatasetShard(dataset, 1, dataloader.drop_last, num_processes,
+                                     process_index)
+        return dict(kwargs, dataset=shard, batch_size=None)
+    shard = IterableDatasetShard(dataset, batch_size, dataloader.drop_last, num_processes,
+                                 process_index, split_batches)
+    return dict(kwargs, dataset=shard, batch_size=shard.process_batch_size,
+                drop_last=dataloader.drop_last)
+
+
+def _prepare_map(dataloader: DataLoader, num_processes: int, process_index: int,
+                 split_batches: bool, even_batches: bool, reseed: bool,
+                 data_seed: int | None, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Keyword arguments of the shard loader for a map-style dataset."""
+    def shard(batch_sampler: Any) -> Any:
+        if reseed:
+            batch_sampler = _with_index_sampler(batch_sampler, data_seed, num_processes)
+        if num_processes == 1:
+            return batch_sampler
+        return BatchSamplerShard(batch_sampler, num_processes, process_index, split_batches,
+                                 even_batches)
+
+    kwargs = dict(kwargs, dataset=dataloader.dataset)
+    if dataloader.batch_sampler is not None:
+        return dict(kwargs, batch_sampler=shard(dataloader.batch_sampler))
+    if isinstance(dataloader.sampler, BatchSampler):  # batches built by the sampler itself
+        return dict(kwargs, sampler=shard(dataloader.sampler), batch_size=None)
+    sampler = _seedable(dataloader.sampler, data_seed, num_processes) if reseed else \
+        dataloader.sampler
+    if num_processes > 1:
+        if split_batches:
+            raise ConfigurationError(
+                "split_batches=True cannot split the items of a DataLoader built with "
+                "batch_size=None; give the DataLoader a batch_size or use split_batches=False.")
+        sampler = _ItemShardSampler(BatchSamplerShard(
+            BatchSampler(sampler, 1, False), num_processes, process_index, False, even_batches))
+    return dict(kwargs, sampler=sampler, batch_size=None)
+
+
+def prepare_data_loader(dataloader: DataLoader, device: torch.device | str | None = None,
+                        num_processes: int | None = None, process_index: int | None = None,
+                        split_batches: bool = False, put_on_device: bool = False, *,
+                        even_batches: bool = True, non_blocking: bool = False,
+                        use_seedable_sampler: bool = False,
+                        data_seed: int | None = None) -> DataLoaderShard:
+    """Return a ``DataLoaderShard`` that iterates this rank's part of ``dataloader``.
+
+    ``num_processes``/``process_index`` default to torch.distributed's world size/rank when
+    it is initialised, else 1/0. Map-style datasets are sharded by batch
+    (``BatchSamplerShard``), iterable ones by item (``IterableDatasetShard``). With several
+    processes (or ``use_seedable_sampler``/``data_seed``), a plain ``RandomSampler`` is
+    replaced by a ``SeedableRandomSampler`` seeded alike on every rank, so the shards are
+    disjoint. ``put_on_device=True`` moves each batch to ``device``.
+
+    Arguments after ``put_on_device`` are keyword-only: Accelerate's positional order
+    continues with ``rng_types`` and ``dispatch_batches``, which a positional call must not
+    silently bind to other parameters.
+    """
+    if not isinstance(dataloader, DataLoader):
+        raise ConfigurationError(
+            f"prepare_data_loader expects a torch.utils.data.DataLoader, got "
+            f"{type(dataloader).__name__}; wrap the dataset in a DataLoader first.")
+    if put_on_device and device is None:
+        raise ConfigurationError(
+            "put_on_device=True needs a target device, but device=None; pass device= "
+            "(e.g. torch.device('cuda', local_rank)) or put_on_device=False.")
+    num_processes, process_index = _world(num_processes, process_index)
+    kwargs = _carried_kwargs(dataloader)
+    if isinstance(dataloader.dataset, IterableDataset):
+        kwargs = _prepare_iterable(dataloader, num_processes, process_index, split_batches,
+                                   kwargs)
+    else:
+        reseed = num_processes > 1 or use_seedable_sampler or data_seed is not None
+        kwargs = _prepare_map(dataloader, num_processes, process_index, split_batches,
+                              even_batches, reseed, data_seed, kwargs)
+    dataset = kwargs.pop("dataset")
+    return DataLoaderShard(dataset, device=device if put_on_device else None,
+                           non_blocking=non_blocking, **kwargs)

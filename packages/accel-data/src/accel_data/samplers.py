@@ -1,0 +1,83 @@
+"""Samplers whose order every rank can reproduce, and finding the sampler inside a loader.
+
+Sharding by index only works when every rank draws the *same* permutation; a plain
+``RandomSampler`` draws its seed from each process's global RNG. ``SeedableRandomSampler``
+derives each epoch's permutation from ``(seed, epoch)`` alone, which also makes a resumed
+run shuffle exactly as the interrupted one did.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sized
+from typing import Any
+
+import torch
+from torch.utils.data import BatchSampler, DataLoader, RandomSampler
+
+__all__ = ["SeedableRandomSampler", "get_sampler"]
+
+_MASK64 = (1 << 64) - 1
+_GOLDEN64 = 0x9E3779B97F4A7C15  # odd 64-bit constant: spreads consecutive epochs apart
+
+
+class SeedableRandomSampler(RandomSampler):
+    """A ``RandomSampler`` whose permutation depends only on ``(data_seed, epoch)``.
+
+    ``set_epoch(epoch)`` selects the permutation; after a complete pass the epoch advances
+    by one by itself, so a loop that never calls ``set_epoch`` still reshuffles each epoch.
+    The seed is ``data_seed`` if given, else ``generator.initial_seed()`` if a generator is
+    given, else ``torch.initial_seed()``. The generator itself is never advanced.
+    """
+
+    def __init__(self, data_source: Sized, replacement: bool = False,
+                 num_samples: int | None = None, generator: torch.Generator | None = None,
+                 data_seed: int | None = None) -> None:
+        super().__init__(data_source, replacement=replacement, num_samples=num_samples,
+                         generator=generator)
+        if data_seed is None:
+            data_seed = generator.initial_seed() if generator is not None else torch.initial_seed()
+        self.initial_seed = int(data_seed)
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the permutation of ``epoch`` for the next pass."""
+        self.epoch = int(epoch)
+
+    def epoch_seed(self, epoch: int | None = None) -> int:
+        """The generator seed of ``epoch`` (default: the current one)."""
+        epoch = self.epoch if epoch is None else int(epoch)
+        return (self.initial_seed + epoch * _GOLDEN64) & _MASK64
+
+    def __iter__(self) -> Iterator[int]:
+        generator = torch.Generator()
+        generator.manual_seed(self.epoch_seed())
+        size, total = len(self.data_source), self.num_samples
+        if self.replacement:
+            yield from torch.randint(size, (total,), generator=generator).tolist()
+        else:
+            full, rest = divmod(total, size) if size else (0, 0)
+            for _ in range(full):
+                yield from torch.randperm(size, generator=generator).tolist()
+            if rest:
+                yield from torch.randperm(size, generator=generator)[:rest].tolist()
+        self.epoch += 1
+
+
+def get_sampler(dataloader: DataLoader) -> Any:
+    """The index sampler of ``dataloader``, looking through batch-sampler wrappers.
+
+    For a loader without a batch sampler (``batch_size=None``) that is ``dataloader.sampler``;
+    otherwise the ``sampler`` of the innermost batch sampler (``None`` for a custom batch
+    sampler that has none).
+    """
+    node = dataloader.batch_sampler
+    if node is None:
+        node = dataloader.sampler
+        if not isinstance(node, BatchSampler) and getattr(node, "batch_sampler", None) is None:
+            return node
+    for _ in range(32):  # unwrap shard/skip wrappers; bounded against self-references
+        inner = getattr(node, "batch_sampler", None)
+        if inner is None or inner is node:
+            break
+        node = inner
+    return getattr(node, "sampler", None)

@@ -1,0 +1,284 @@
+"""Per-rank shards of a batch sampler or an iterable dataset.
+
+Every rank runs the same sampler (same order, same length) and keeps only its part, so
+no communication is needed while iterating. With ``even_batches`` the ranks stay in
+lockstep: the short end of an epoch is completed with the first samples of the same
+epoch ("wrap-around" padding), which keeps collectives from hanging and every batch the
+same shape. Those duplicates are deterministic, so ``gather_for_metrics`` can drop them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+from accel_state.errors import ConfigurationError
+from torch.utils.data import BatchSampler, IterableDataset
+
+__all__ = ["BatchSamplerShard", "IterableDatasetShard"]
+
+
+def _check_world(num_processes: Any, process_index: Any) -> None:
+    """Reject a world size / rank pair that cannot describe a real process."""
+    if isinstance(num_processes, bool) or not isinstance(num_processes, int) or num_processes < 1:
+        raise ConfigurationError(
+            f"num_processes must be a positive int, got {num_processes!r}; pass the world size "
+            "(torch.distributed.get_world_size()).")
+    if (isinstance(process_index, bool) or not isinstance(process_index, int)
+            or not 0 <= process_index < num_processes):
+        raise ConfigurationError(
+            f"process_index must be an int in [0, {num_processes - 1}] for "
+            f"num_processes={num_processes}, got {process_index!r}; pass this process's rank.")
+
+
+def _check_split(batch_size: int | None, num_processes: int, owner: str) -> None:
+    """``split_batches`` cuts one batch into ``num_processes`` equal slices."""
+    if batch_size is None:
+        raise ConfigurationError(
+            f"split_batches=True needs the batch size of {owner}, which has no `batch_size` "
+            "attribute; give it a `batch_size` attribute or use split_batches=False.")
+    if batch_size % num_processes != 0:
+        raise ConfigurationError(
+            f"split_batches=True cuts each batch of size {batch_size} into num_processes="
+            f"{num_processes} equal slices, but {batch_size} is not divisible by "
+            f"{num_processes}; use a batch size that is a multiple of {num_processes} "
+            "or split_batches=False.")
+
+
+def _wrap(head: Sequence[Any], start: int, count: int) -> list[Any]:
+    """``count`` items of the endless repetition of ``head``, from position ``start``."""
+    size = len(head)
+    return [head[(start + i) % size] for i in range(count)]
+
+
+class BatchSamplerShard(BatchSampler):
+    """The batches of ``batch_sampler`` that belong to rank ``process_index``.
+
+    * ``split_batches=False``: rank ``r`` takes batches ``r, r+N, r+2N, ...`` (batch size per
+      rank = the sampler's batch size).
+    * ``split_batches=True``: every batch is cut into ``N`` equal slices and rank ``r`` takes
+      slice ``r`` (the sampler's batch size is the total across ranks).
+
+    With ``even_batches=True`` every rank yields the same number of full batches: the last,
+    incomplete round is completed with the first samples of the epoch. With
+    ``even_batches=False`` a rank may get one batch fewer, or a shorter last batch. When the
+    sampler has ``drop_last=True`` only complete rounds are kept (every rank gets the same
+    number of full batches, nothing is duplicated).
+
+    ``batch_sampler`` may be any iterable of index lists; its ``batch_size`` attribute is
+    only needed for ``split_batches`` and for ``even_batches`` padding.
+    """
+
+    def __init__(self, batch_sampler: Iterable[list[int]], num_processes: int = 1,
+                 process_index: int = 0, split_batches: bool = False,
+                 even_batches: bool = True) -> None:
+        # BatchSampler.__init__ is not called: it insists on a torch sampler and an int
+        # batch size, and this class only wraps an existing batch sampler.
+        _check_world(num_processes, process_index)
+        self.batch_sampler = batch_sampler
+        self.num_processes = num_processes
+        self.process_index = process_index
+        self.split_batches = bool(split_batches)
+        self.even_batches = bool(even_batches)
+        self.batch_size: int | None = getattr(batch_sampler, "batch_size", None)
+        self.drop_last = bool(getattr(batch_sampler, "drop_last", False))
+        if self.split_batches:
+            _check_split(self.batch_size, num_processes, type(batch_sampler).__name__)
+        elif self.even_batches and not self.drop_last and self.batch_size is None:
+            raise ConfigurationError(
+                f"even_batches=True pads the last batches to the batch size, but "
+                f"{type(batch_sampler).__name__} has no `batch_size` attribute; use "
+                "even_batches=False (Accelerator(even_batches=False) or "
+                "DataLoaderConfiguration(even_batches=False)) or give the batch sampler a "
+                "`batch_size` attribute.")
+
+    @property
+    def sampler(self) -> Any:
+        """The index sampler under the wrapped batch sampler (``None`` if it has none)."""
+        return getattr(self.batch_sampler, "sampler", None)
+
+    @property
+    def total_length(self) -> int:
+        """Number of batches of the wrapped batch sampler (all ranks together)."""
+        return len(self.batch_sampler)  # type: ignore[arg-type]
+
+    @property
+    def total_batch_size(self) -> int | None:
+        """Samples per step across all ranks (``None`` when the sampler has no batch size)."""
+        if self.batch_size is None:
+            return None
+        return self.batch_size if self.split_batches else self.batch_size * self.num_processes
+
+    def __len__(self) -> int:
+        total = self.total_length
+        if self.split_batches:
+            return self._split_len(total)
+        rounds, rest = divmod(total, self.num_processes)
+        if rest == 0 or self.drop_last:
+            return rounds
+        if self.even_batches:
+            return rounds + 1
+        return rounds + (1 if self.process_index < rest else 0)
+
+    def _split_len(self, total: int) -> int:
+        if self.drop_last or self.even_batches or total == 0:
+            return total
+        # Uneven split: the short last batch may not reach this rank's slice. Its size is
+        # known when the sampler exposes a sized index sampler (torch's BatchSampler does);
+        # otherwise the count assumes it does (an upper bound by at most one).
+        try:
+            last = len(self.sampler) % self.batch_size  # type: ignore[arg-type,operator]
+        except TypeError:
+            return total
+        slice_len = self.batch_size // self.num_processes  # type: ignore[operator]
+        if last == 0 or last > slice_len * self.process_index:
+            return total
+        return total - 1
+
+    def __iter__(self) -> Iterator[list[int]]:
+        return self._iter_split() if self.split_batches else self._iter_strided()
+
+    def _iter_strided(self) -> Iterator[list[int]]:
+        num, rank = self.num_processes, self.process_index
+        pad = self.even_batches and not self.drop_last
+        size = self.batch_size or 0
+        head: list[int] = []  # first samples of the epoch, the wrap-around source
+        mine: Any = None  # this rank's batch of the current round, held until it completes
+        deferred = False  # a round ended on a short batch: pad it if no batch follows
+        count = 0
+        batch: Any = None
+        for count, batch in enumerate(self.batch_sampler, start=1):
+            if deferred:
+                yield mine
+                mine, deferred = None, False
+            if pad and len(head) < num * size:
+                head.extend(batch)
+            pos = (count - 1) % num
+            if pos == rank:
+                mine = batch
+            if pos == num - 1:
+                if pad and len(batch) < size:
+                    deferred = True
+                else:
+                    yield mine
+                    mine = None
+        if count == 0 or (count % num == 0 and not deferred):
+            return  # empty epoch, or the last round was complete and already yielded
+        if self.drop_last:
+            return  # the incomplete last round is dropped on every rank
+        if not pad:
+            if mine is not None:
+                yield mine
+            return
+        yield from self._padded_round(count, batch, mine, head)
+
+    def _padded_round(self, count: int, last: list[int], mine: Any,
+                      head: list[int]) -> Iterator[list[int]]:
+        """Complete the final round (positions up to a multiple of N) with wrap-around samples."""
+        num, size = self.num_processes, self.batch_size or 0
+        position = (count - 1) // num * num + self.process_index  # this rank's batch index
+        short = max(size - len(last), 0)
+        if position < count - 1:
+            yield mine  # a full batch of the last round
+        elif position == count - 1:
+            yield list(last) + _wrap(head, 0, short) if short else mine
+        else:
+            yield _wrap(head, short + (position - count) * size, size)
+
+    def _iter_split(self) -> Iterator[list[int]]:
+        size = self.batch_size or 0
+        width = size // self.num_processes
+        lo, hi = width * self.process_index, width * (self.process_index + 1)
+        head: Any = None
+        for batch in self.batch_sampler:
+            if head is None:
+                head = batch
+            if len(batch) == size:
+                yield batch[lo:hi]
+            elif len(batch) > size:
+                raise ConfigurationError(
+                    f"split_batches=True got a batch of {len(batch)} indices from a batch "
+                    f"sampler whose batch_size is {size}; make the batch sampler yield at most "
+                    "batch_size indices per batch.")
+            elif self.drop_last:
+                continue
+            elif self.even_batches:
+                yield (list(batch) + _wrap(head, 0, size - len(batch)))[lo:hi]
+            elif len(batch) > lo:
+                yield batch[lo:hi]
+
+
+class IterableDatasetShard(IterableDataset):
+    """The items of an iterable ``dataset`` that belong to rank ``process_index``.
+
+    Items are read in rounds of ``batch_size * num_processes`` (``batch_size`` with
+    ``split_batches``, where it is the total batch size) and each rank keeps its contiguous
+    slice of every round, i.e. one batch. The last, incomplete round is dropped with
+    ``drop_last`` and otherwise completed with the first items of the epoch, so every rank
+    yields the same number of full batches. Every rank must iterate the same items in the
+    same order.
+    """
+
+    def __init__(self, dataset: Iterable[Any], batch_size: int = 1, drop_last: bool = False,
+                 num_processes: int = 1, process_index: int = 0,
+                 split_batches: bool = False) -> None:
+        _check_world(num_processes, process_index)
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ConfigurationError(
+                f"IterableDatasetShard needs a positive int batch_size, got {batch_size!r}; "
+                "pass the DataLoader's batch size.")
+        if split_batches:
+            _check_split(batch_size, num_processes, "IterableDatasetShard")
+        self.dataset = dataset
+        self.batch_size = batch_size
+        self.drop_last = bool(drop_last)
+        self.num_processes = num_processes
+        self.process_index = process_index
+        self.split_batches = bool(split_batches)
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Record the epoch and forward it to the dataset when it reshuffles per epoch."""
+        self.epoch = epoch
+        if hasattr(self.dataset, "set_epoch"):
+            self.dataset.set_epoch(epoch)
+
+    @property
+    def total_batch_size(self) -> int:
+        """Items per round across all ranks."""
+        return self.batch_size if self.split_batches else self.batch_size * self.num_processes
+
+    @property
+    def process_batch_size(self) -> int:
+        """Items per round for this rank (the per-rank batch size)."""
+        return self.batch_size // self.num_processes if self.split_batches else self.batch_size
+
+    @property
+    def total_length(self) -> int:
+        """Length of the wrapped dataset (``TypeError`` when it has none)."""
+        return len(self.dataset)  # type: ignore[arg-type]
+
+    def __len__(self) -> int:
+        rounds = self.total_length / self.total_batch_size
+        rounds = math.floor(rounds) if self.drop_last else math.ceil(rounds)
+        return rounds * self.process_batch_size
+
+    def __iter__(self) -> Iterator[Any]:
+        round_size = self.total_batch_size
+        lo = self.process_index * self.process_batch_size
+        hi = lo + self.process_batch_size
+        head: list[Any] | None = None
+        buffer: list[Any] = []
+        for item in self.dataset:
+            buffer.append(item)
+            if len(buffer) == round_size:
+                yield from buffer[lo:hi]
+                if head is None:
+                    head = buffer
+                buffer = []
+        if buffer and not self.drop_last:
+            if head is None:
+                head = list(buffer)
+            buffer.extend(_wrap(head, 0, round_size - len(buffer)))
+            yield from buffer[lo:hi]

@@ -1,0 +1,393 @@
+"""Collectives over nested structures of tensors: gather, broadcast, reduce, pad, ...
+
+Names and behaviour follow ``accelerate.utils.operations``. The world is read from
+``torch.distributed`` directly (no state object needed): without an initialised
+process group, or with a world of one process, every collective is the identity for
+that one process. The pure structure helpers live in :mod:`accel_state.structures`
+and are re-exported here, so ``accel_state.operations`` is the one import path.
+
+Debug mode (``ACCEL_DEBUG_MODE=1`` / ``ACCELERATE_DEBUG_MODE=1``): before a verified
+collective, every rank shares the shapes of its inputs; on a mismatch *every* rank
+raises :class:`DistributedOperationException` naming each rank's shapes, instead of
+the job hanging or failing deep inside the backend.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import sys
+import warnings
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import torch
+
+from accel_state import env
+from accel_state.errors import (
+    ConfigurationError,
+    DistributedError,
+    DistributedOperationException,
+)
+from accel_state.structures import (
+    CannotPadNestedTensorWarning,
+    ConvertOutputsToFp32,
+    TensorInformation,
+    concatenate,
+    convert_outputs_to_fp32,
+    convert_to_fp32,
+    find_batch_size,
+    find_device,
+    get_data_structure,
+    get_shape,
+    honor_type,
+    ignorant_find_batch_size,
+    initialize_tensors,
+    is_namedtuple,
+    is_tensor_information,
+    is_torch_tensor,
+    listify,
+    pad_input_tensors,
+    recursively_apply,
+    send_to_device,
+    slice_tensors,
+)
+
+__all__ = [
+    # structures (re-exported)
+    "TensorInformation", "CannotPadNestedTensorWarning", "is_torch_tensor",
+    "is_tensor_information", "is_namedtuple", "honor_type", "recursively_apply",
+    "send_to_device", "get_data_structure", "get_shape", "initialize_tensors", "listify",
+    "find_batch_size", "ignorant_find_batch_size", "find_device", "concatenate",
+    "slice_tensors", "pad_input_tensors", "convert_to_fp32", "ConvertOutputsToFp32",
+    "convert_outputs_to_fp32",
+    # collectives
+    "DistributedOperationException", "verify_operation", "chained_operation", "gather",
+    "gather_object", "broadcast", "broadcast_object_list", "reduce", "pad_across_processes",
+    "copy_tensor_to_devices", "GatheredParameters",
+]
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+_REDUCTIONS = ("mean", "sum", "none")
+
+
+def _world_size() -> int:
+    """Processes in the default group; 1 when torch.distributed is absent or not initialised."""
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_world_size()
+    return 1
+
+
+def _collective_device() -> torch.device:
+    """Device for the small helper tensors a collective needs under the current backend."""
+    config = str(torch.distributed.get_backend_config())
+    if "gloo" in config or "mpi" in config:
+        return torch.device("cpu")
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is not None and accelerator.is_available():
+        kind = accelerator.current_accelerator().type
+        return torch.device(kind, accelerator.current_device_index())
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+def _local_device(kind: str) -> torch.device:
+    """This process's device of type ``kind`` (its current index for accelerators)."""
+    module = getattr(torch, kind, None) if kind != "cpu" else None
+    if module is not None and hasattr(module, "current_device"):
+        return torch.device(kind, module.current_device())
+    return torch.device(kind)
+
+
+def _leaves(data: Any, strict: bool = True) -> list[torch.Tensor]:
+    """Tensors of ``data`` in depth-first order; other leaves raise ``TypeError`` if ``strict``."""
+    found: list[torch.Tensor] = []
+    recursively_apply(found.append, data, error_on_other_type=strict)
+    return found
+
+
+# --- debug-mode verification ---------------------------------------------------------------
+
+def _first_tensor_argument(args: tuple, kwargs: dict) -> Any:
+    if "tensor" in kwargs:
+        return kwargs["tensor"]
+    return args[0] if args else None
+
+
+def _check_devices(operation: str, data: Any) -> str | None:
+    """A message when a tensor sits on a device the backend cannot use (e.g. CPU with NCCL)."""
+    config = str(torch.distributed.get_backend_config())  # e.g. "cpu:gloo,cuda:nccl"
+    if ":" not in config:
+        return None
+    for leaf in _leaves(data, strict=False):
+        kind = leaf.device.type
+        if f"{kind}:" not in config:
+            return (f"a tensor passed to `{operation}` is on {kind!r}, which the process-group "
+                    f"backend ({config}) cannot use; move it to the training device first.")
+    return None
+
+
+def verify_operation(function: _F) -> _F:
+    """Decorator: in debug mode, compare input shapes across ranks before ``function`` runs.
+
+    The first argument (or ``tensor=``) is checked. Every rank takes part in the check
+    and every rank raises on a mismatch, so nothing is left waiting in a collective.
+    """
+
+    @functools.wraps(function)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if _world_size() == 1 or not env.DEBUG_MODE.get_bool(False):
+            return function(*args, **kwargs)
+        operation = f"{function.__module__}.{function.__name__}"
+        data = _first_tensor_argument(args, kwargs)
+        report = {"shapes": get_shape(data), "device": _check_devices(operation, data)}
+        reports = gather_object([report])
+        problems = [f"Process {i}: {r['device']}" for i, r in enumerate(reports) if r["device"]]
+        if problems:
+            raise DistributedOperationException(
+                f"Cannot apply `{operation}`: tensors are on the wrong device.\n  - "
+                + "\n  - ".join(problems))
+        shapes = [r["shapes"] for r in reports]
+        if any(s != shapes[0] for s in shapes):
+            listing = "\n  - ".join(f"Process {i}: {s}" for i, s in enumerate(shapes))
+            raise DistributedOperationException(
+                f"Cannot apply `{operation}`: the input shapes differ across processes, and "
+                f"every process must pass the same shapes (pad with `pad_across_processes` "
+                f"first when only the batch size differs).\n\nOperation: `{operation}`\n"
+                f"Input shapes:\n  - {listing}")
+        return function(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def chained_operation(function: _F) -> _F:
+    """Decorator: re-raise a :class:`DistributedOperationException` naming this outer operation."""
+
+    @functools.wraps(function)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return function(*args, **kwargs)
+        except DistributedOperationException as error:
+            operation = f"{function.__module__}.{function.__name__}"
+            raise DistributedOperationException(
+                f"Error found while calling `{operation}`: {error}") from error
+
+    return wrapper  # type: ignore[return-value]
+
+
+# --- collectives ---------------------------------------------------------------------------
+
+def _gather_one(tensor: torch.Tensor, world: int) -> torch.Tensor:
+    if tensor.ndim == 0:
+        tensor = tensor.clone()[None]
+    if not tensor.is_contiguous():
+        tensor = tensor.contiguous()
+    if tensor.device.type == "cpu":
+        parts = [torch.empty_like(tensor) for _ in range(world)]
+        torch.distributed.all_gather(parts, tensor)
+        return torch.cat(parts, dim=0)
+    out = torch.empty((world * tensor.shape[0], *tensor.shape[1:]), dtype=tensor.dtype,
+                      device=tensor.device)
+    torch.distributed.all_gather_into_tensor(out, tensor)
+    return out
+
+
+@verify_operation
+def gather(tensor: Any) -> Any:
+    """All-gather every tensor of a nested structure, concatenated along dim 0 in rank order.
+
+    0-d tensors become 1-d (one value per process). All ranks must pass the same shapes.
+    """
+    world = _world_size()
+    if world == 1:
+        return tensor
+    return recursively_apply(_gather_one, tensor, world, error_on_other_type=True)
+
+
+def gather_object(object: Any) -> list[Any]:  # noqa: A002 - Accelerate's argument name
+    """All-gather picklable objects; a list on every rank, in rank order.
+
+    When every rank passes a list (or tuple) the result is their concatenation, as in
+    Accelerate (``gather_object([x])`` -> one item per rank); otherwise it is the list
+    of the per-rank objects.
+    """
+    world = _world_size()
+    if world == 1:
+        if isinstance(object, list):
+            return object
+        return list(object) if isinstance(object, tuple) else [object]
+    gathered: list[Any] = [None] * world
+    torch.distributed.all_gather_object(gathered, object)
+    if all(isinstance(item, (list, tuple)) for item in gathered):
+        return [x for item in gathered for x in item]
+    return gathered
+
+
+def _broadcast_one(tensor: torch.Tensor, src: int) -> torch.Tensor:
+    torch.distributed.broadcast(tensor, src=src)
+    return tensor
+
+
+@verify_operation
+def broadcast(tensor: Any, from_process: int = 0) -> Any:
+    """Overwrite every tensor of a nested structure (in place) with ``from_process``'s values."""
+    if _world_size() == 1:
+        return tensor
+    return recursively_apply(_broadcast_one, tensor, error_on_other_type=True, src=from_process)
+
+
+def broadcast_object_list(object_list: list[Any], from_process: int = 0) -> list[Any]:
+    """Replace the items of ``object_list`` (in place) with those of ``from_process``."""
+    if _world_size() > 1:
+        torch.distributed.broadcast_object_list(object_list, src=from_process)
+    return object_list
+
+
+def _reduce_one(tensor: torch.Tensor, world: int, reduction: str, scale: float) -> torch.Tensor:
+    result = tensor.clone()
+    if world > 1:
+        torch.distributed.all_reduce(result, torch.distributed.ReduceOp.SUM)
+    if reduction == "mean":
+        result = result / world  # out of place: an integer mean comes back as float
+    if scale != 1.0:
+        result = result * scale
+    return result
+
+
+@verify_operation
+def reduce(tensor: Any, reduction: str = "mean", scale: float = 1.0) -> Any:
+    """All-reduce every tensor of a nested structure; inputs are not modified.
+
+    ``"sum"`` sums across ranks, ``"mean"`` divides that sum by the world size, and
+    ``"none"`` (as in Accelerate) also returns the sum without dividing. The result is
+    then multiplied by ``scale`` (Accelerate applies ``scale`` only on XLA).
+    """
+    if reduction not in _REDUCTIONS:
+        raise ConfigurationError(
+            f"Unknown reduction {reduction!r}: use one of {', '.join(map(repr, _REDUCTIONS))}.")
+    return recursively_apply(_reduce_one, tensor, _world_size(), error_on_other_type=True,
+                             reduction=reduction, scale=scale)
+
+
+def _pad_plan(tensor: torch.Tensor, dim: int) -> tuple[int, int]:
+    """``(ndim, size along dim)`` of a leaf; ``size`` is -1 where it cannot be padded."""
+    if getattr(tensor, "is_nested", False) or not -tensor.ndim <= dim < tensor.ndim:
+        return tensor.ndim, -1
+    return tensor.ndim, tensor.shape[dim]
+
+
+def _pad_one(tensor: torch.Tensor, dim: int, target: int, pad_index: Any,
+             pad_first: bool) -> torch.Tensor:
+    dim = dim % tensor.ndim
+    old = tensor.shape[dim]
+    if old == target:
+        return tensor
+    shape = list(tensor.shape)
+    shape[dim] = target
+    padded = tensor.new_full(shape, pad_index)
+    start = target - old if pad_first else 0
+    padded.narrow(dim, start, old).copy_(tensor)
+    return padded
+
+
+@chained_operation
+def pad_across_processes(tensor: Any, dim: int = 0, pad_index: Any = 0,
+                         pad_first: bool = False) -> Any:
+    """Pad every tensor along ``dim`` to the largest size any rank has, so it can be gathered.
+
+    One collective for the whole structure. Nested tensors are returned unchanged
+    (with :class:`CannotPadNestedTensorWarning`), as are tensors that have no
+    dimension ``dim``. A leaf whose number of dimensions differs across ranks raises
+    :class:`DistributedOperationException` on every rank.
+    """
+    leaves = _leaves(tensor)
+    plans = [_pad_plan(t, dim) for t in leaves]
+    if any(getattr(t, "is_nested", False) for t in leaves):
+        warnings.warn("Cannot pad a nested tensor across processes: it has no single size "
+                      "along a dimension. It is returned unchanged.",
+                      CannotPadNestedTensorWarning, stacklevel=3)
+    world = _world_size()
+    if world == 1:
+        return tensor
+    device = leaves[0].device if leaves else _collective_device()
+    local = torch.tensor(plans, dtype=torch.int64, device=device).reshape(-1, 2)
+    every = gather(local).reshape(world, -1, 2).cpu()
+    ndims = every[:, :, 0]
+    mismatched = (ndims != ndims[0]).any(dim=0).nonzero().flatten().tolist()
+    if mismatched:
+        rows = "\n  - ".join(f"Process {r}: {ndims[r].tolist()}" for r in range(world))
+        raise DistributedOperationException(
+            f"Cannot pad across processes: the tensor(s) at position(s) {mismatched} (depth-first) "
+            f"of the structure have a different number of dimensions on different processes "
+            f"(ndim of each tensor, "
+            f"per process):\n  - {rows}\nEvery process must pass tensors of the same ndim.")
+    targets = iter(every[:, :, 1].max(dim=0).values.tolist())
+
+    def _apply(t: torch.Tensor) -> torch.Tensor:
+        target = next(targets)
+        return t if target < 0 else _pad_one(t, dim, target, pad_index, pad_first)
+
+    return recursively_apply(_apply, tensor, error_on_other_type=True)
+
+
+def copy_tensor_to_devices(tensor: torch.Tensor | None = None) -> torch.Tensor:
+    """Send a tensor that exists on one process only (``None`` elsewhere) to every process.
+
+    Unlike :func:`broadcast`, the receivers need not know its shape or dtype. When more
+    than one process passes a tensor, the lowest rank's wins.
+    """
+    world = _world_size()
+    info = None if tensor is None else (tuple(tensor.shape), tensor.dtype, tensor.device.type)
+    infos = [info] if world == 1 else gather_object([info])
+    owners = [rank for rank, item in enumerate(infos) if item is not None]
+    if not owners:
+        raise DistributedError("copy_tensor_to_devices got None on every process: pass the "
+                               "tensor on the process that has it.")
+    source = owners[0]
+    if world == 1:
+        return tensor  # type: ignore[return-value]
+    if tensor is None or torch.distributed.get_rank() != source:
+        shape, dtype, kind = infos[source]  # same device type as the sender's, for the backend
+        tensor = torch.empty(shape, dtype=dtype, device=_local_device(kind))
+    else:
+        tensor = tensor.contiguous()
+    torch.distributed.broadcast(tensor, src=source)
+    return tensor
+
+
+class GatheredParameters:
+    """Context manager: gather ZeRO-3 partitioned parameters for the block.
+
+    Outside DeepSpeed ZeRO-3 (no parameter carries DeepSpeed's ``ds_id``) it does
+    nothing, as in Accelerate. The DeepSpeed path delegates to
+    ``deepspeed.zero.GatheredParameters``; DeepSpeed support itself lands with
+    accel-parallel's DeepSpeed strategy.
+    """
+
+    def __init__(self, params: Any, modifier_rank: int | None = None,
+                 fwd_module: Any = None, enabled: bool = True) -> None:
+        if params is not None and not isinstance(params, (torch.Tensor, list, tuple)):
+            params = list(params)  # a generator (model.parameters()) must survive two passes
+        self.params = params
+        self.modifier_rank = modifier_rank
+        self.fwd_module = fwd_module
+        self.enabled = enabled
+        self._stack = contextlib.ExitStack()
+
+    def _zero3_params(self) -> bool:
+        params = self.params
+        if isinstance(params, torch.Tensor):
+            params = [params]
+        return "deepspeed" in sys.modules and any(hasattr(p, "ds_id") for p in (params or ()))
+
+    def __enter__(self) -> GatheredParameters:
+        if self.enabled and self._zero3_params():
+            from deepspeed.zero import GatheredParameters as _DeepSpeedGathered
+
+            self._stack.enter_context(_DeepSpeedGathered(
+                self.params, modifier_rank=self.modifier_rank, fwd_module=self.fwd_module,
+                enabled=True))
+        return self
+
+    def __exit__(self, *exc: Any) -> bool | None:
+        return self._stack.__exit__(*exc)
