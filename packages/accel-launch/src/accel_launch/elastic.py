@@ -1,0 +1,199 @@
+"""Run a :class:`~accel_launch.launch_plan.LaunchPlan` through torch's elastic agent.
+
+The agent (``torch.distributed.launcher.api.elastic_launch``, what ``torchrun`` uses) starts
+the workers, runs the rendezvous, watches them every ``monitor_interval`` seconds and, when
+one fails, stops the others — so a rank blocked in a collective whose peer died never
+leaves the launch hanging. This module adds the checks worth doing before anything starts
+(script exists, port free) and turns a worker failure into one line and an exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shutil
+import signal
+import socket
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from accel_state import env
+from accel_state.errors import ConfigurationError, LaunchError
+
+from accel_launch.launch_plan import HostInfo, LaunchPlan, build_launch_plan, validate_launch_args
+
+__all__ = [
+    "check_training_script",
+    "describe_failures",
+    "exit_code_of",
+    "find_free_port",
+    "is_port_in_use",
+    "probe_host",
+    "resolve_port",
+    "run_launch",
+    "run_plan",
+]
+
+_PROG = "accel launch"
+
+
+def find_free_port() -> int:
+    """A TCP port nothing listens on now, chosen by the OS (bind to port 0)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("", 0))
+        return int(sock.getsockname()[1])
+
+
+def is_port_in_use(port: int, host: str = "") -> bool:
+    """True when ``port`` cannot be bound on ``host`` (all interfaces by default)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # Like the TCPStore that will bind it: a port merely in TIME_WAIT is usable.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def resolve_port(args: argparse.Namespace) -> int:
+    """``--main_process_port`` checked free on the rank-0 machine, or a free one picked."""
+    if args.main_process_port is None:
+        return find_free_port()
+    port = int(args.main_process_port)
+    if args.machine_rank == 0 and is_port_in_use(port):
+        raise ConfigurationError(
+            f"--main_process_port {port} is already in use on this machine: stop the process "
+            "holding it, pass another port, or leave the flag out to pick a free one.")
+    return port
+
+
+def check_training_script(args: argparse.Namespace) -> None:
+    """The script (or, with --no_python, the program) must exist before workers start."""
+    script = args.training_script
+    if args.module:
+        return  # resolved by the workers' `python -m`, against their own sys.path
+    if args.no_python:
+        if os.path.exists(script) or shutil.which(script):
+            return
+        raise ConfigurationError(
+            f"program {script!r} not found (--no_python): give a path or a command on PATH.")
+    if not os.path.isfile(script):
+        raise ConfigurationError(
+            f"training script {script!r} not found (from {os.getcwd()}): check the path, "
+            "or pass -m/--module to run a module.")
+
+
+def probe_host(args: argparse.Namespace) -> HostInfo:
+    """Facts the plan needs; CUDA is only counted (not initialised) when it matters."""
+    cuda = 0
+    if not args.cpu:
+        import torch
+
+        cuda = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if hasattr(os, "sched_getaffinity"):
+        cores = len(os.sched_getaffinity(0))
+    else:
+        cores = os.cpu_count() or 1
+    return HostInfo(
+        cpu_count=max(1, cores),
+        cuda_device_count=cuda,
+        omp_num_threads_set=env.OMP_NUM_THREADS.is_set(),
+        shutdown_timeout_set=env.ELASTIC_SHUTDOWN_TIMEOUT.is_set(),
+        python=sys.executable,
+    )
+
+
+def exit_code_of(worker_exitcode: int) -> int:
+    """A worker's code as ours: itself, 128+N for signal N, 1 when it says nothing useful."""
+    if worker_exitcode > 0:
+        return min(worker_exitcode, 255)
+    if worker_exitcode < 0:
+        return 128 + min(-worker_exitcode, 127)
+    return 1
+
+
+def _describe_one(rank: int, failure: Any) -> str:
+    code = failure.exitcode
+    if code < 0:
+        try:
+            how = f"was killed by signal {signal.Signals(-code).name}"
+        except ValueError:
+            how = f"was killed by signal {-code}"
+    else:
+        how = f"exited with code {code}"
+    return f"rank {rank} (local rank {failure.local_rank}, pid {failure.pid}) {how}"
+
+
+def describe_failures(failures: Mapping[int, Any], root: int) -> str:
+    """One line naming every failed rank, the first failure first."""
+    order = [root, *sorted(r for r in failures if r != root)]
+    parts = "; ".join(_describe_one(r, failures[r]) for r in order)
+    return (f"{parts}. The other workers were stopped; the failed rank's traceback, if any, "
+            "is in the output above.")
+
+
+def _launch_config(plan: LaunchPlan) -> Any:
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
+    from torch.distributed.launcher.api import LaunchConfig
+
+    logs = DefaultLogsSpecs(log_dir=plan.log_dir, tee=Std.from_str(plan.tee))
+    return LaunchConfig(logs_specs=logs, **plan.config)
+
+
+def _quiet_torch_logs() -> None:
+    for name in ("torch.distributed.elastic", "torch.distributed.launcher",
+                 "torch.distributed.run"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+def run_plan(plan: LaunchPlan, *, quiet: bool = False, debug: bool = False) -> int:
+    """Start the workers of ``plan``, wait for them, and return the launch's exit code."""
+    from torch.distributed import DistError
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.elastic.rendezvous import RendezvousError
+    from torch.distributed.launcher.api import elastic_launch
+
+    if quiet:
+        _quiet_torch_logs()
+    config = _launch_config(plan)
+    try:
+        with env.patch_environment(**plan.env):
+            elastic_launch(config, plan.entrypoint)(*plan.args)
+    except ChildFailedError as exc:
+        root, failure = exc.get_first_failure()
+        print(f"{_PROG}: error: {describe_failures(exc.failures, root)}", file=sys.stderr)
+        return exit_code_of(failure.exitcode)
+    except SignalException as exc:
+        print(f"{_PROG}: stopped by signal {exc.sigval.name}; the workers were stopped.",
+              file=sys.stderr)
+        return 128 + int(exc.sigval)
+    except (RendezvousError, DistError) as exc:
+        if debug:
+            raise
+        endpoint = plan.config["rdzv_endpoint"]
+        detail = (str(exc).strip().splitlines() or ["no detail"])[0].rstrip(".")
+        raise LaunchError(
+            f"the rendezvous at {endpoint} failed ({type(exc).__name__}: {detail}); check "
+            "--main_process_ip/--main_process_port and that every machine can reach it."
+        ) from exc
+    return 0
+
+
+def run_launch(args: argparse.Namespace) -> int:
+    """`accel launch`: checks first (no process started on bad input), then the elastic run."""
+    validate_launch_args(args)
+    check_training_script(args)
+    port = resolve_port(args)
+    plan = build_launch_plan(args, probe_host(args), port)
+    if not args.quiet:
+        for note in plan.warnings:
+            print(f"{_PROG}: warning: {note}", file=sys.stderr)
+        nproc = plan.config["nproc_per_node"]
+        where = "CPU" if args.cpu else "default device"
+        print(f"{_PROG}: starting {nproc} process(es) on this machine ({where}), rendezvous "
+              f"at {plan.config['rdzv_endpoint']}", file=sys.stderr)
+    return run_plan(plan, quiet=args.quiet, debug=args.debug)

@@ -1,0 +1,228 @@
+"""Turn `accel launch` flags into what torch's elastic agent needs — as pure functions.
+
+:func:`validate_launch_args` rejects bad flag combinations, :func:`build_launch_plan` maps
+the flags plus a few facts about the machine (:class:`HostInfo`) to a :class:`LaunchPlan`:
+the ``LaunchConfig`` keyword arguments, the worker command line and the environment
+variables the workers get. Nothing here touches the network, the process table or
+``os.environ``, so every rule is unit-testable; :mod:`accel_launch.elastic` does the I/O.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from accel_state import env
+from accel_state.errors import ConfigurationError
+
+__all__ = [
+    "DEFAULT_SHUTDOWN_TIMEOUT",
+    "HostInfo",
+    "LaunchPlan",
+    "build_launch_plan",
+    "local_process_count",
+    "parse_rdzv_conf",
+    "total_process_count",
+    "validate_launch_args",
+]
+
+DEFAULT_SHUTDOWN_TIMEOUT = 5
+"""Seconds between the stop signal and SIGKILL when the launcher is interrupted (Ctrl-C)."""
+
+_TEE_RE = re.compile(r"^[0-3]$|^[0-9]+:[0-3](,[0-9]+:[0-3])*$")
+
+
+@dataclass(frozen=True)
+class HostInfo:
+    """Facts about the launching machine the plan depends on (probed by the caller)."""
+
+    cpu_count: int
+    """Cores this process may run on."""
+    cuda_device_count: int = 0
+    """Visible CUDA devices (0 on a CPU-only machine)."""
+    omp_num_threads_set: bool = False
+    """Whether ``OMP_NUM_THREADS`` is already set in the launcher's environment."""
+    shutdown_timeout_set: bool = False
+    """Whether ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT`` is set (then torch reads it itself)."""
+    python: str = sys.executable
+    """Interpreter the workers run under."""
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """Everything needed to start the workers, decided before anything is started."""
+
+    config: Mapping[str, Any]
+    """Keyword arguments of ``torch.distributed.launcher.api.LaunchConfig`` (no logs_specs)."""
+    entrypoint: str
+    """Program the elastic agent runs for every worker (the Python interpreter or the script)."""
+    args: tuple[str, ...]
+    """Arguments after ``entrypoint``: ``-u script.py --user args``."""
+    env: Mapping[str, str]
+    """Variables added to the launcher's environment, which every worker inherits."""
+    log_dir: str | None = None
+    """``--log_dir`` for torch's DefaultLogsSpecs (None: a temporary directory)."""
+    tee: str = "0"
+    """``--tee`` for torch's DefaultLogsSpecs (0 none, 1 stdout, 2 stderr, 3 both)."""
+    warnings: tuple[str, ...] = field(default=())
+    """Things worth telling the user that are not errors."""
+
+    @property
+    def command(self) -> list[str]:
+        """The worker command line, as a shell would see it."""
+        return [self.entrypoint, *self.args]
+
+
+def _flag_error(flag: str, value: object, fix: str) -> ConfigurationError:
+    return ConfigurationError(f"{flag} {value!r} is invalid: {fix}")
+
+
+def parse_rdzv_conf(text: str) -> dict[str, str]:
+    """``"key1=v1,key2=v2"`` -> dict; a malformed pair is an error naming it."""
+    config: dict[str, str] = {}
+    for pair in (p.strip() for p in text.split(",")):
+        if not pair:
+            continue
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise _flag_error("--rdzv_conf", text, f"the pair {pair!r} must be key=value "
+                              "(e.g. timeout=60,read_timeout=30).")
+        config[key.strip()] = value.strip()
+    return config
+
+
+def validate_launch_args(args: argparse.Namespace) -> None:
+    """Reject impossible flag values and combinations (no I/O)."""
+    if args.num_processes is not None and args.num_processes < 1:
+        raise _flag_error("--num_processes", args.num_processes,
+                          "use a positive number of processes, e.g. --num_processes 2.")
+    if args.num_machines < 1:
+        raise _flag_error("--num_machines", args.num_machines, "use 1 or more machines.")
+    if not 0 <= args.machine_rank < args.num_machines:
+        raise _flag_error("--machine_rank", args.machine_rank,
+                          f"it must be between 0 and --num_machines - 1 = {args.num_machines - 1}.")
+    if args.num_machines > 1 and not args.main_process_ip:
+        raise ConfigurationError(
+            f"--num_machines {args.num_machines} needs --main_process_ip: pass the address of "
+            "the machine with --machine_rank 0 on every machine.")
+    if args.num_machines > 1 and args.main_process_port is None:
+        raise ConfigurationError(
+            f"--num_machines {args.num_machines} needs --main_process_port: pick one free port "
+            "and pass the same value on every machine.")
+    if args.main_process_port is not None and not 1 <= args.main_process_port <= 65535:
+        raise _flag_error("--main_process_port", args.main_process_port,
+                          "use a port between 1 and 65535, or leave it out to pick a free one.")
+    if args.num_processes is not None and args.num_processes % args.num_machines:
+        raise _flag_error("--num_processes", args.num_processes,
+                          f"it counts the processes of all machines and must be a multiple of "
+                          f"--num_machines {args.num_machines}.")
+    if args.num_cpu_threads_per_process is not None and args.num_cpu_threads_per_process < 1:
+        raise _flag_error("--num_cpu_threads_per_process", args.num_cpu_threads_per_process,
+                          "use 1 or more threads, or leave it out for cores / processes.")
+    if args.module and args.no_python:
+        raise ConfigurationError("--module and --no_python cannot be combined: --module runs "
+                                 "`python -m <module>`, --no_python runs the program directly.")
+    if args.max_restarts < 0:
+        raise _flag_error("--max_restarts", args.max_restarts, "use 0 or more restarts.")
+    if args.monitor_interval <= 0:
+        raise _flag_error("--monitor_interval", args.monitor_interval,
+                          "use a positive number of seconds, e.g. 0.1.")
+    if not _TEE_RE.match(args.tee):
+        raise _flag_error("-t/--tee", args.tee,
+                          "use 0 (none), 1 (stdout), 2 (stderr), 3 (both) or a per-rank map "
+                          "like 0:3,1:1.")
+    parse_rdzv_conf(args.rdzv_conf)
+
+
+def total_process_count(args: argparse.Namespace, host: HostInfo) -> int:
+    """``--num_processes`` (all machines), or one per CUDA device (else one) per machine."""
+    if args.num_processes is not None:
+        return int(args.num_processes)
+    per_machine = 1 if args.cpu else max(1, host.cuda_device_count)
+    return per_machine * args.num_machines
+
+
+def local_process_count(args: argparse.Namespace, host: HostInfo) -> int:
+    """Processes started on this machine."""
+    return total_process_count(args, host) // args.num_machines
+
+
+def _worker_env(args: argparse.Namespace, host: HostInfo, nproc: int) -> dict[str, str]:
+    """The environment contract `accel launch` sets for its workers (accel_state.env)."""
+    out: dict[str, str] = {}
+    env.LAUNCHED.set(1, env=out)
+    if args.cpu:
+        env.USE_CPU.set(1, env=out)
+    if args.mixed_precision is not None:
+        env.MIXED_PRECISION.set(args.mixed_precision, env=out)
+    if args.debug:
+        env.DEBUG_MODE.set(1, env=out)
+    if args.num_cpu_threads_per_process is not None:
+        env.OMP_NUM_THREADS.set(args.num_cpu_threads_per_process, env=out)
+    elif not host.omp_num_threads_set:
+        env.OMP_NUM_THREADS.set(max(1, host.cpu_count // nproc), env=out)
+    return out
+
+
+def _endpoint(host: str, port: int) -> str:
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"{host}:{port}"
+
+
+def _worker_command(args: argparse.Namespace, host: HostInfo) -> tuple[str, tuple[str, ...]]:
+    script_args = tuple(args.training_script_args)
+    if args.no_python:
+        return args.training_script, script_args
+    head = ("-u", "-m", args.training_script) if args.module else ("-u", args.training_script)
+    return host.python, (*head, *script_args)
+
+
+def _plan_warnings(args: argparse.Namespace, host: HostInfo, nproc: int) -> tuple[str, ...]:
+    notes = []
+    if args.multi_gpu and not args.cpu and host.cuda_device_count == 0:
+        notes.append("--multi_gpu was given but no CUDA device is visible: the workers will run "
+                     "on the CPU; pass --cpu to say so and silence this warning.")
+    if not args.cpu and 0 < host.cuda_device_count < nproc:
+        notes.append(f"{nproc} processes per machine but only {host.cuda_device_count} CUDA "
+                     "device(s): several processes will share a device.")
+    return tuple(notes)
+
+
+def build_launch_plan(args: argparse.Namespace, host: HostInfo, port: int) -> LaunchPlan:
+    """Map validated flags, machine facts and the rendezvous ``port`` to a :class:`LaunchPlan`."""
+    validate_launch_args(args)
+    nproc = local_process_count(args, host)
+    ip = args.main_process_ip or "127.0.0.1"
+    rdzv_configs: dict[str, Any] = parse_rdzv_conf(args.rdzv_conf)
+    if args.rdzv_backend == "static":
+        rdzv_configs["rank"] = args.machine_rank
+    config = {
+        "min_nodes": args.num_machines,
+        "max_nodes": args.num_machines,
+        "nproc_per_node": nproc,
+        "run_id": f"accel-{ip}-{port}",
+        "role": args.role,
+        "rdzv_endpoint": _endpoint(ip, port),
+        "rdzv_backend": args.rdzv_backend,
+        "rdzv_configs": rdzv_configs,
+        "max_restarts": args.max_restarts,
+        "monitor_interval": float(args.monitor_interval),
+        "start_method": "spawn",
+        "shutdown_timeout": None if host.shutdown_timeout_set else DEFAULT_SHUTDOWN_TIMEOUT,
+    }
+    entrypoint, worker_args = _worker_command(args, host)
+    return LaunchPlan(
+        config=config,
+        entrypoint=entrypoint,
+        args=worker_args,
+        env=_worker_env(args, host, nproc),
+        log_dir=args.log_dir,
+        tee=args.tee,
+        warnings=_plan_warnings(args, host, nproc),
+    )
+

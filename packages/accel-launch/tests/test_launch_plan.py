@@ -1,0 +1,147 @@
+"""build_launch_plan / validate_launch_args: flags -> LaunchConfig fields and worker env."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+from accel_launch.launch import launch_command_parser
+from accel_launch.launch_plan import (
+    DEFAULT_SHUTDOWN_TIMEOUT,
+    HostInfo,
+    build_launch_plan,
+    parse_rdzv_conf,
+    validate_launch_args,
+)
+from accel_state.errors import ConfigurationError
+
+CPU_BOX = HostInfo(cpu_count=8, cuda_device_count=0, python="/py")
+GPU_BOX = HostInfo(cpu_count=32, cuda_device_count=4, python="/py")
+
+
+def _args(*argv: str) -> argparse.Namespace:
+    return launch_command_parser().parse_args(list(argv))
+
+
+def test_cpu_two_processes_really_means_two_workers() -> None:
+    plan = build_launch_plan(_args("--cpu", "--num_processes", "2", "t.py", "--foo", "bar"),
+                             CPU_BOX, 4242)
+    assert plan.config["nproc_per_node"] == 2
+    assert plan.config["min_nodes"] == plan.config["max_nodes"] == 1
+    assert plan.env["ACCEL_USE_CPU"] == "1"
+    assert plan.env["ACCEL_LAUNCHED"] == "1"
+    assert plan.command == ["/py", "-u", "t.py", "--foo", "bar"]
+
+
+def test_static_rendezvous_on_the_given_port() -> None:
+    plan = build_launch_plan(_args("--cpu", "t.py"), CPU_BOX, 4242)
+    assert plan.config["rdzv_backend"] == "static"
+    assert plan.config["rdzv_endpoint"] == "127.0.0.1:4242"
+    assert plan.config["rdzv_configs"] == {"rank": 0}
+    assert plan.config["monitor_interval"] == 0.1
+    assert plan.config["max_restarts"] == 0
+    assert plan.config["shutdown_timeout"] == DEFAULT_SHUTDOWN_TIMEOUT
+
+
+def test_environment_contract() -> None:
+    plan = build_launch_plan(_args("--mixed_precision", "bf16", "--debug", "t.py"), CPU_BOX, 1)
+    assert plan.env == {"ACCEL_LAUNCHED": "1", "ACCEL_MIXED_PRECISION": "bf16",
+                        "ACCEL_DEBUG_MODE": "1", "OMP_NUM_THREADS": "8"}
+
+
+def test_omp_threads_default_explicit_and_inherited() -> None:
+    four = build_launch_plan(_args("--cpu", "--num_processes", "3", "t.py"), CPU_BOX, 1)
+    assert four.env["OMP_NUM_THREADS"] == "2"  # 8 cores // 3 processes
+    many = build_launch_plan(_args("--cpu", "--num_processes", "16", "t.py"), CPU_BOX, 1)
+    assert many.env["OMP_NUM_THREADS"] == "1"
+    explicit = build_launch_plan(
+        _args("--num_cpu_threads_per_process", "5", "t.py"),
+        HostInfo(cpu_count=8, omp_num_threads_set=True), 1)
+    assert explicit.env["OMP_NUM_THREADS"] == "5"
+    inherited = build_launch_plan(_args("t.py"), HostInfo(cpu_count=8, omp_num_threads_set=True), 1)
+    assert "OMP_NUM_THREADS" not in inherited.env
+
+
+def test_default_process_count_follows_cuda_devices() -> None:
+    assert build_launch_plan(_args("t.py"), GPU_BOX, 1).config["nproc_per_node"] == 4
+    assert build_launch_plan(_args("--cpu", "t.py"), GPU_BOX, 1).config["nproc_per_node"] == 1
+    assert build_launch_plan(_args("t.py"), CPU_BOX, 1).config["nproc_per_node"] == 1
+
+
+def test_multi_machine_num_processes_is_the_total() -> None:
+    plan = build_launch_plan(
+        _args("--num_machines", "2", "--machine_rank", "1", "--num_processes", "8",
+              "--main_process_ip", "10.0.0.1", "--main_process_port", "29400", "t.py"),
+        GPU_BOX, 29400)
+    assert plan.config["nproc_per_node"] == 4
+    assert plan.config["min_nodes"] == plan.config["max_nodes"] == 2
+    assert plan.config["rdzv_endpoint"] == "10.0.0.1:29400"
+    assert plan.config["rdzv_configs"]["rank"] == 1
+    assert plan.env["OMP_NUM_THREADS"] == "8"
+
+
+def test_ipv6_endpoint_is_bracketed() -> None:
+    plan = build_launch_plan(_args("--main_process_ip", "::1", "t.py"), CPU_BOX, 99)
+    assert plan.config["rdzv_endpoint"] == "[::1]:99"
+
+
+def test_module_and_no_python_commands() -> None:
+    assert build_launch_plan(_args("-m", "pkg.train", "--x"), CPU_BOX, 1).command == [
+        "/py", "-u", "-m", "pkg.train", "--x"]
+    assert build_launch_plan(_args("--no_python", "./run.sh", "a"), CPU_BOX, 1).command == [
+        "./run.sh", "a"]
+
+
+def test_torchrun_passthrough_flags() -> None:
+    plan = build_launch_plan(
+        _args("--max_restarts", "2", "--monitor_interval", "0.5", "--rdzv_backend", "c10d",
+              "--rdzv_conf", "timeout=60, read_timeout=30", "--log_dir", "/tmp/l", "-t", "3",
+              "--role", "trainer", "t.py"),
+        CPU_BOX, 7)
+    assert plan.config["max_restarts"] == 2 and plan.config["monitor_interval"] == 0.5
+    assert plan.config["rdzv_backend"] == "c10d"
+    assert plan.config["rdzv_configs"] == {"timeout": "60", "read_timeout": "30"}
+    assert (plan.log_dir, plan.tee, plan.config["role"]) == ("/tmp/l", "3", "trainer")
+
+
+def test_shutdown_timeout_left_to_torch_when_set_in_env() -> None:
+    host = HostInfo(cpu_count=2, shutdown_timeout_set=True)
+    assert build_launch_plan(_args("t.py"), host, 1).config["shutdown_timeout"] is None
+
+
+def test_multi_gpu_without_cuda_warns() -> None:
+    plan = build_launch_plan(_args("--multi_gpu", "--num_processes", "2", "t.py"), CPU_BOX, 1)
+    assert any("--multi_gpu" in w and "--cpu" in w for w in plan.warnings)
+    assert build_launch_plan(_args("--cpu", "t.py"), CPU_BOX, 1).warnings == ()
+
+
+@pytest.mark.parametrize(("argv", "needle"), [
+    (["--num_processes", "0"], "--num_processes 0"),
+    (["--num_processes", "-2"], "--num_processes -2"),
+    (["--num_machines", "2", "--machine_rank", "2", "--main_process_ip", "h",
+      "--main_process_port", "5"], "--machine_rank 2"),
+    (["--machine_rank", "-1"], "--machine_rank -1"),
+    (["--num_machines", "2", "--main_process_port", "5"], "--main_process_ip"),
+    (["--num_machines", "2", "--main_process_ip", "h"], "--main_process_port"),
+    (["--main_process_port", "70000"], "--main_process_port 70000"),
+    (["--num_machines", "2", "--num_processes", "3", "--main_process_ip", "h",
+      "--main_process_port", "5"], "multiple of"),
+    (["--num_cpu_threads_per_process", "0"], "--num_cpu_threads_per_process 0"),
+    (["-m", "--no_python"], "--module and --no_python"),
+    (["--max_restarts", "-1"], "--max_restarts -1"),
+    (["--monitor_interval", "0"], "--monitor_interval 0"),
+    (["--tee", "9"], "--tee '9'"),
+    (["--rdzv_conf", "timeout"], "--rdzv_conf 'timeout'"),
+])
+def test_invalid_flags_are_configuration_errors(argv: list[str], needle: str) -> None:
+    with pytest.raises(ConfigurationError) as exc:
+        validate_launch_args(_args(*argv, "t.py"))
+    assert needle in str(exc.value)
+    assert "\n" not in str(exc.value)
+
+
+def test_parse_rdzv_conf() -> None:
+    assert parse_rdzv_conf("") == {}
+    assert parse_rdzv_conf("a=1,b=x=y") == {"a": "1", "b": "x=y"}
+    with pytest.raises(ConfigurationError, match="key=value"):
+        parse_rdzv_conf("a=")
