@@ -32,16 +32,24 @@ def make_model() -> nn.Module:
 
 
 def epoch_runner(model: nn.Module, optimizer: torch.optim.Optimizer, loader: DataLoader,
-                 backward) -> callable:
-    """A function that trains one epoch and returns its wall time in seconds."""
+                 backward, device: torch.device | None) -> callable:
+    """A function that trains one epoch and returns its wall time in seconds.
+
+    ``device``: where the raw loop moves its batches itself (accel's loader already did).
+    """
     loss_fn = nn.CrossEntropyLoss()
+    synchronize = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
 
     def run() -> float:
+        synchronize()
         start = time.perf_counter()
         for x, y in loader:
+            if device is not None and device.type != "cpu":
+                x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
             optimizer.zero_grad()
             backward(loss_fn(model(x), y))
             optimizer.step()
+        synchronize()
         return time.perf_counter() - start
 
     return run
@@ -52,34 +60,38 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=60, help="steps per epoch per process")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=21)
+    parser.add_argument("--device", choices=["cpu", "auto"], default="cpu",
+                        help="auto: the accelerator when present (tools/gpu_check.sh uses it)")
     args = parser.parse_args()
     torch.set_num_threads(1)
 
-    accelerator = Accelerator(cpu=True)
+    accelerator = Accelerator(cpu=args.device == "cpu")
+    device = accelerator.device
     world = accelerator.num_processes
     n = args.steps * args.batch_size * world
     data = TensorDataset(torch.randn(n, 64), torch.randint(0, 10, (n,)))
 
-    raw_model = make_model()
+    raw_model = make_model().to(device)
     raw_sampler = None
     if world > 1:
-        raw_model = nn.parallel.DistributedDataParallel(raw_model)
+        raw_model = nn.parallel.DistributedDataParallel(
+            raw_model, device_ids=None if device.type == "cpu" else [device])
         raw_sampler = DistributedSampler(data, shuffle=False)
     raw_loader = DataLoader(data, batch_size=args.batch_size, sampler=raw_sampler)
     raw_opt = torch.optim.SGD(raw_model.parameters(), lr=0.01)
-    raw = epoch_runner(raw_model, raw_opt, raw_loader, lambda loss: loss.backward())
+    raw = epoch_runner(raw_model, raw_opt, raw_loader, lambda loss: loss.backward(), device)
 
     model = make_model()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     model, opt, loader = accelerator.prepare(
         model, opt, DataLoader(data, batch_size=args.batch_size, shuffle=False))
-    acc = epoch_runner(model, opt, loader, accelerator.backward)
+    acc = epoch_runner(model, opt, loader, accelerator.backward, None)
 
     raw(), acc()  # warm-up
     samples = interleaved({"raw torch": raw, "accel": acc}, args.repeats)
     per_step = {k: [v / args.steps * 1e3 for v in vs] for k, vs in samples.items()}
     if accelerator.is_main_process:
-        report(f"step ({world} process{'es' if world > 1 else ''})", "raw torch", "accel",
+        report(f"step ({world} process{'es' if world > 1 else ''}, {device.type})", "raw torch", "accel",
                per_step, unit="ms", target=1.02,
                extra={"processes": world, "batch_size": args.batch_size, "steps": args.steps})
     if world > 1:
