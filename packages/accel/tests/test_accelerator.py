@@ -177,3 +177,15 @@ def test_import_accel_is_lazy():
     code = ("import sys, accel; assert 'torch' not in sys.modules, 'import accel pulled torch'; "
             "from accel import Accelerator; assert 'torch' in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("value", ["no", "fp32", ""])
+def test_full_precision_requests_are_accepted(monkeypatch, value):
+    monkeypatch.setenv("ACCEL_MIXED_PRECISION", value)
+    Accelerator(cpu=True)
+
+
+def test_mixed_precision_request_is_refused_not_ignored(monkeypatch):
+    monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "bf16")
+    with pytest.raises(ConfigurationError, match="ACCELERATE_MIXED_PRECISION='bf16'.*fp32"):
+        Accelerator(cpu=True)

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from accel_parallel import STRATEGIES, DistributedDataParallelKwargs, Strategy
-from accel_state import ConfigurationError, InitProcessGroupKwargs, KwargsHandler, PartialState
+from accel_state import ConfigurationError, InitProcessGroupKwargs, KwargsHandler, PartialState, env
 
-__all__ = ["Handlers", "collect_handlers", "resolve_strategy"]
+__all__ = ["Handlers", "collect_handlers", "check_precision_request", "resolve_strategy"]
 
 
 @dataclass
@@ -54,3 +54,21 @@ def resolve_strategy(state: PartialState, handlers: Handlers) -> Strategy:
     if state.use_distributed:
         return STRATEGIES.get("ddp")(state, ddp_kwargs=handlers.ddp)
     return STRATEGIES.get("single")(state)
+
+
+def check_precision_request() -> None:
+    """Refuse a mixed-precision request we cannot honour instead of silently training in fp32.
+
+    ``accel launch --mixed_precision`` (or ``ACCEL_MIXED_PRECISION`` /
+    ``ACCELERATE_MIXED_PRECISION``) may ask for fp16/bf16/fp8; this release trains in
+    full precision only.
+    """
+    found = env.MIXED_PRECISION.raw()
+    if found is None or found[1].strip().lower() in ("", "no", "fp32"):
+        return
+    name, value = found
+    raise ConfigurationError(
+        f"{name}={value!r} asks for mixed precision, which this release of accel does not "
+        "provide yet (it trains in full precision). Launch without --mixed_precision (or set "
+        f"{name}=no) to train in fp32."
+    )

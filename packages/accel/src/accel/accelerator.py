@@ -23,7 +23,7 @@ from accel_state import (
     reduce,
 )
 
-from accel._resolve import collect_handlers, resolve_strategy
+from accel._resolve import check_precision_request, collect_handlers, resolve_strategy
 from accel.optimizer import AcceleratedOptimizer
 from accel.scheduler import AcceleratedScheduler
 
@@ -45,6 +45,7 @@ class Accelerator:
     def __init__(self, device_placement: bool = True, cpu: bool = False,
                  kwargs_handlers: list[Any] | None = None,
                  step_scheduler_with_optimizer: bool = True) -> None:
+        check_precision_request()
         self._handlers = collect_handlers(kwargs_handlers)
         group_options = self._handlers.init_process_group
         self.state = PartialState(cpu, **(group_options.to_kwargs() if group_options else {}))
