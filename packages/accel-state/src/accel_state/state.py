@@ -10,6 +10,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import functools
+import gc
 import threading
 from collections.abc import Callable, Iterator
 from datetime import timedelta
@@ -300,9 +301,16 @@ def _split(inputs: Any, n: int, index: int, apply_padding: bool) -> Any:
 
 
 def _destroy_owned_group_at_exit() -> None:
-    """Tear down the group we created: a live gloo group at interpreter exit aborts the process."""
+    """Tear down the group we created while the interpreter is still whole.
+
+    A gloo group still alive during interpreter finalisation (its worker threads holding
+    Python objects) aborts the process. Wrappers such as DDP keep the group alive through
+    reference cycles, so collect them first, then destroy, then collect what was released.
+    """
     if PartialState._shared_state.get("_owns_process_group") and dist.is_initialized():
+        gc.collect()
         dist.destroy_process_group()
+        gc.collect()
 
 
 class GradientState:
