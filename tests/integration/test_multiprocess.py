@@ -33,9 +33,10 @@ def test_quickstart_trains_in_two_processes(launch, repo):
     assert "parameters identical on all 2 processes: True" in proc.stdout, _explain(proc)
 
 
-def test_ddp_matches_single_process_with_double_batch(launch, scripts, tmp_path):
+def test_ddp_with_accumulation_matches_single_process_big_batch(launch, scripts, tmp_path):
+    # 2 processes x batch 4 x 2 accumulated batches == 1 process x batch 16
     two = launch("--cpu", "--num_processes", "2", str(scripts / "ddp_equivalence.py"),
-                 str(tmp_path / "two.pt"), "--batch-size", "8")
+                 str(tmp_path / "two.pt"), "--batch-size", "4", "--accumulation-steps", "2")
     assert two.returncode == 0, _explain(two)
     one = launch("--cpu", "--num_processes", "1", str(scripts / "ddp_equivalence.py"),
                  str(tmp_path / "one.pt"), "--batch-size", "16")

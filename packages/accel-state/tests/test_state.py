@@ -106,11 +106,10 @@ def test_split_between_processes_tensor_dict_and_errors():
 
 
 def test_gradient_state_tracks_dataloaders_and_plugin():
-    class Plugin:
-        def to_kwargs(self):
-            return {"num_steps": 4, "adjust_scheduler": True, "sync_each_batch": True}
+    from accel_state import GradientAccumulationPlugin
 
-    gs = GradientState(Plugin())
+    assert GradientState(GradientAccumulationPlugin()).adjust_scheduler  # defaults count
+    gs = GradientState(GradientAccumulationPlugin(num_steps=4, sync_each_batch=True))
     assert gs.sync_gradients and gs.num_steps == 4 and gs.adjust_scheduler and gs.sync_each_batch
     assert GradientState().num_steps == 4  # shared
     assert not gs.in_dataloader and gs.remainder == -1 and not gs.end_of_dataloader
@@ -129,3 +128,10 @@ def test_gradient_state_tracks_dataloaders_and_plugin():
     assert not gs.in_dataloader
     gs._set_sync_gradients(False)
     assert not GradientState().sync_gradients
+
+
+def test_gradient_accumulation_plugin_validates_num_steps():
+    from accel_state import GradientAccumulationPlugin
+
+    with pytest.raises(ConfigurationError, match="num_steps=0"):
+        GradientAccumulationPlugin(num_steps=0)

@@ -1,7 +1,8 @@
 """Train a few steps and save the initial and final parameters (rank 0) to argv[1].
 
-With N processes and per-process batch B, data-parallel training must give the same
-parameters as 1 process with batch N*B: the test runs both and compares.
+With N processes, per-process batch B and A accumulated batches per step, data-parallel
+training must give the same parameters as 1 process with batch N*B*A: the test runs both
+and compares (the accumulating run also exercises DDP's no_sync).
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("output")
     parser.add_argument("--batch-size", type=int, required=True)
-    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--steps", type=int, default=6, help="optimizer steps")
+    parser.add_argument("--accumulation-steps", type=int, default=1)
     args = parser.parse_args()
 
     torch.manual_seed(0)
@@ -30,16 +32,19 @@ def main() -> None:
     initial = {k: v.clone() for k, v in model.state_dict().items()}
     loader = DataLoader(TensorDataset(x, y), batch_size=args.batch_size, shuffle=False)
 
-    accelerator = Accelerator(cpu=True)
+    accelerator = Accelerator(cpu=True, gradient_accumulation_steps=args.accumulation_steps)
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
     steps = 0
     while steps < args.steps:
         for xb, yb in loader:
-            optimizer.zero_grad()
-            loss = nn.functional.binary_cross_entropy_with_logits(model(xb), yb)
-            accelerator.backward(loss)
-            optimizer.step()
-            steps += 1
+            with accelerator.accumulate(model):
+                if accelerator.num_processes > 1:  # micro-steps must skip DDP's all-reduce
+                    assert model.require_backward_grad_sync == accelerator.sync_gradients
+                loss = nn.functional.binary_cross_entropy_with_logits(model(xb), yb)
+                accelerator.backward(loss)
+                optimizer.step()
+                optimizer.zero_grad()
+            steps += accelerator.sync_gradients
             if steps == args.steps:
                 break
     final = {k: v.clone() for k, v in accelerator.unwrap_model(model).state_dict().items()}

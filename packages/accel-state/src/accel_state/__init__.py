@@ -22,7 +22,7 @@ from accel_state.errors import (
     LaunchError,
     MissingDependencyError,
 )
-from accel_state.kwargs import InitProcessGroupKwargs, KwargsHandler
+from accel_state.kwargs import GradientAccumulationPlugin, InitProcessGroupKwargs, KwargsHandler
 from accel_state.operations import (
     CannotPadNestedTensorWarning,
     GatheredParameters,
@@ -83,7 +83,7 @@ __all__ = [
     "AccelError", "BaseEnum", "CPUInformation", "CannotPadNestedTensorWarning",
     "ComputeEnvironment", "ConfigurationError", "DistributedError",
     "DistributedOperationException", "DistributedType", "EnumWithContains", "GatheredParameters",
-    "GradientState", "InitProcessGroupKwargs", "KwargsHandler", "LaunchError",
+    "GradientAccumulationPlugin", "GradientState", "InitProcessGroupKwargs", "KwargsHandler", "LaunchError",
     "MissingDependencyError", "PartialState", "RNGType", "Registry", "SageMakerDistributedType",
     "SharedDict", "TensorInformation", "ThreadLocalSharedDict", "broadcast",
     "broadcast_object_list", "capture_rng_state", "chained_operation", "concatenate",

@@ -9,7 +9,7 @@ from typing import Any
 
 from accel_state.errors import ConfigurationError
 
-__all__ = ["KwargsHandler", "InitProcessGroupKwargs"]
+__all__ = ["KwargsHandler", "InitProcessGroupKwargs", "GradientAccumulationPlugin"]
 
 
 class KwargsHandler:
@@ -48,3 +48,27 @@ class InitProcessGroupKwargs(KwargsHandler):
                 f"InitProcessGroupKwargs(timeout={self.timeout!r}) must be positive."
             )
 
+
+
+@dataclass
+class GradientAccumulationPlugin(KwargsHandler):
+    """How gradients are accumulated over several batches before an optimizer step.
+
+    ``num_steps``: batches per optimizer step. ``adjust_scheduler``: count the skipped
+    micro-steps in prepared schedulers. ``sync_with_dataloader``: always step on the last
+    batch of a dataloader, even mid-cycle. ``sync_each_batch``: all-reduce gradients on every
+    batch (more communication, less memory) instead of only on the stepping one.
+    """
+
+    num_steps: int | None = None
+    adjust_scheduler: bool = True
+    sync_with_dataloader: bool = True
+    sync_each_batch: bool = False
+
+    def __post_init__(self) -> None:
+        if self.num_steps is not None and (
+            isinstance(self.num_steps, bool) or not isinstance(self.num_steps, int) or self.num_steps < 1
+        ):
+            raise ConfigurationError(
+                f"GradientAccumulationPlugin(num_steps={self.num_steps!r}) must be a positive integer."
+            )

@@ -332,8 +332,9 @@ class GradientState:
             self.plugin_kwargs: dict[str, Any] = {}
             self.is_xla_gradients_synced = False
         if gradient_accumulation_plugin is not None:
-            to_kwargs = getattr(gradient_accumulation_plugin, "to_kwargs", None)
-            self.plugin_kwargs = dict(to_kwargs() if to_kwargs else vars(gradient_accumulation_plugin))
+            # every field, defaults included: a default such as adjust_scheduler=True matters
+            to_dict = getattr(gradient_accumulation_plugin, "to_dict", None)
+            self.plugin_kwargs = dict(to_dict() if to_dict else vars(gradient_accumulation_plugin))
 
     @property
     def initialized(self) -> bool:
@@ -341,7 +342,7 @@ class GradientState:
 
     @property
     def num_steps(self) -> int:
-        return int(self.plugin_kwargs.get("num_steps", 1))
+        return int(self.plugin_kwargs.get("num_steps") or 1)
 
     @property
     def adjust_scheduler(self) -> bool:

@@ -12,9 +12,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from accel_parallel import STRATEGIES, DistributedDataParallelKwargs, Strategy
-from accel_state import ConfigurationError, InitProcessGroupKwargs, KwargsHandler, PartialState, env
+from accel_state import (
+    ConfigurationError,
+    GradientAccumulationPlugin,
+    InitProcessGroupKwargs,
+    KwargsHandler,
+    PartialState,
+    env,
+)
 
-__all__ = ["Handlers", "collect_handlers", "check_precision_request", "resolve_strategy"]
+__all__ = ["Handlers", "collect_handlers", "check_precision_request", "resolve_accumulation",
+           "resolve_strategy"]
 
 
 @dataclass
@@ -72,3 +80,24 @@ def check_precision_request() -> None:
         "provide yet (it trains in full precision). Launch without --mixed_precision (or set "
         f"{name}=no) to train in fp32."
     )
+
+
+def resolve_accumulation(steps: int, plugin: GradientAccumulationPlugin | None
+                         ) -> GradientAccumulationPlugin:
+    """One accumulation setting from ``gradient_accumulation_steps`` and/or a plugin."""
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ConfigurationError(
+            f"Accelerator(gradient_accumulation_steps={steps!r}) must be a positive integer."
+        )
+    if plugin is None:
+        return GradientAccumulationPlugin(num_steps=steps)
+    if steps != 1:
+        raise ConfigurationError(
+            f"Accelerator got both gradient_accumulation_steps={steps} and "
+            f"gradient_accumulation_plugin={plugin!r}; set num_steps on the plugin only."
+        )
+    if plugin.num_steps is None:
+        raise ConfigurationError(
+            "GradientAccumulationPlugin(num_steps=None) given to Accelerator: set num_steps."
+        )
+    return plugin

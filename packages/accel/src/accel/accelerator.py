@@ -8,7 +8,7 @@ model wrapping to the strategy. Kept thin on purpose.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import torch
@@ -16,6 +16,7 @@ from accel_data import prepare_data_loader as _shard_data_loader
 from accel_parallel import extract_model_from_parallel
 from accel_state import (
     DistributedType,
+    GradientAccumulationPlugin,
     GradientState,
     PartialState,
     gather,
@@ -23,7 +24,12 @@ from accel_state import (
     reduce,
 )
 
-from accel._resolve import check_precision_request, collect_handlers, resolve_strategy
+from accel._resolve import (
+    check_precision_request,
+    collect_handlers,
+    resolve_accumulation,
+    resolve_strategy,
+)
 from accel.optimizer import AcceleratedOptimizer
 from accel.scheduler import AcceleratedScheduler
 
@@ -40,16 +46,21 @@ class Accelerator:
         cpu: run on the CPU even when an accelerator is present (gloo backend).
         kwargs_handlers: ``InitProcessGroupKwargs`` / ``DistributedDataParallelKwargs``.
         step_scheduler_with_optimizer: step prepared schedulers only when the optimizer steps.
+        gradient_accumulation_steps: batches per optimizer step inside :meth:`accumulate`
+            (or a ``GradientAccumulationPlugin`` for the finer options).
     """
 
     def __init__(self, device_placement: bool = True, cpu: bool = False,
                  kwargs_handlers: list[Any] | None = None,
-                 step_scheduler_with_optimizer: bool = True) -> None:
+                 step_scheduler_with_optimizer: bool = True,
+                 gradient_accumulation_steps: int = 1,
+                 gradient_accumulation_plugin: GradientAccumulationPlugin | None = None) -> None:
         check_precision_request()
         self._handlers = collect_handlers(kwargs_handlers)
         group_options = self._handlers.init_process_group
         self.state = PartialState(cpu, **(group_options.to_kwargs() if group_options else {}))
-        self.gradient_state = GradientState()
+        self.gradient_state = GradientState(
+            resolve_accumulation(gradient_accumulation_steps, gradient_accumulation_plugin))
         self.device_placement = device_placement
         self.step_scheduler_with_optimizer = step_scheduler_with_optimizer
         self._strategy = resolve_strategy(self.state, self._handlers)
@@ -100,6 +111,14 @@ class Accelerator:
     @property
     def sync_gradients(self) -> bool:
         return self.gradient_state.sync_gradients
+
+    @property
+    def gradient_accumulation_steps(self) -> int:
+        return self.gradient_state.num_steps
+
+    @gradient_accumulation_steps.setter
+    def gradient_accumulation_steps(self, steps: int) -> None:
+        self.gradient_state.plugin_kwargs["num_steps"] = steps
 
     @property
     def strategy(self) -> Any:
@@ -178,8 +197,40 @@ class Accelerator:
 
     # -- training ----------------------------------------------------------------------------
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
-        """Use instead of ``loss.backward()``; the strategy may scale or route it."""
+        """Use instead of ``loss.backward()``; the strategy may scale or route it.
+
+        With gradient accumulation the loss is divided by the number of accumulated batches,
+        so the summed gradients are the mean over the large batch.
+        """
+        steps = self.gradient_state.num_steps
+        if steps > 1:
+            loss = loss / steps
         self._strategy.backward(loss, **kwargs)
+
+    @contextlib.contextmanager
+    def accumulate(self, *models: torch.nn.Module) -> Iterator[None]:
+        """Accumulate gradients over ``gradient_accumulation_steps`` batches per optimizer step.
+
+        Inside the block, prepared optimizers and schedulers step only on the last batch of
+        each cycle (and on the last batch of the dataloader); on the other batches the
+        models skip their gradient all-reduce (``no_sync``) unless the plugin's
+        ``sync_each_batch`` is set.
+        """
+        self._do_sync()
+        with contextlib.ExitStack() as stack:
+            if not (self.sync_gradients or self.gradient_state.sync_each_batch):
+                for model in models:
+                    stack.enter_context(self.no_sync(model))
+            yield
+
+    def _do_sync(self) -> None:
+        state = self.gradient_state
+        if state.sync_with_dataloader and state.end_of_dataloader:
+            self.step = 0
+            state._set_sync_gradients(True)
+        else:
+            self.step += 1
+            state._set_sync_gradients(self.step % state.num_steps == 0)
 
     def no_sync(self, model: torch.nn.Module) -> contextlib.AbstractContextManager[None]:
         """Skip the gradient all-reduce inside the block (local accumulation)."""
