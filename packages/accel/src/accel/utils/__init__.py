@@ -13,22 +13,13 @@ from accel_parallel import (
 )
 from accel_state import *  # noqa: F403
 from accel_state import __all__ as _state_all
-from accel_state.env import (
-    clear_environment,
-    convert_dict_to_env_variables,
-    get_int_from_env,
-    parse_choice_from_env,
-    parse_flag_from_env,
-    patch_environment,
-    purge_accelerate_environment,
-    str_to_bool,
-)
 from accel_state.imports import *  # noqa: F403
 from accel_state.imports import __all__ as _imports_all
 
+from accel.utils.environment import *  # noqa: F403
+from accel.utils.environment import __all__ as _environment_all
+
 __all__ = [
-    *_state_all, *_imports_all, "DDPCommunicationHookType", "DistributedDataParallelKwargs",
-    "extract_model_from_parallel", "clear_environment", "convert_dict_to_env_variables",
-    "get_int_from_env", "parse_choice_from_env", "parse_flag_from_env", "patch_environment",
-    "purge_accelerate_environment", "str_to_bool",
+    *_state_all, *_imports_all, *_environment_all, "DDPCommunicationHookType",
+    "DistributedDataParallelKwargs", "extract_model_from_parallel",
 ]

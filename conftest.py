@@ -1,4 +1,4 @@
-"""Fixtures for accel-state tests: a clean environment and fresh singletons per test."""
+"""Fixtures for every test of the workspace: a clean launch environment and fresh singletons."""
 
 from __future__ import annotations
 
