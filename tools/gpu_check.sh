@@ -26,4 +26,5 @@ echo "== GPU tests (-m gpu)"
 
 echo "== benchmarks on the GPU"
 (cd tools/bench && "${PY[@]}" bench_step.py --device auto --repeats 15) || status=1
+(cd tools/bench && "${PY[@]}" bench_precision.py --device auto --repeats 15) || status=1
 exit $status

@@ -112,15 +112,15 @@ def test_iterable_dataset():
             return iter(range(9))
 
     loader = DataLoader(Stream(), batch_size=2)
-    shards = _ranks(loader, 2)
+    shards = _ranks(loader, 2, dispatch_batches=False)  # None: dispatched (needs a group)
     assert all(isinstance(s.dataset, IterableDatasetShard) for s in shards)
     assert [[b.tolist() for b in s] for s in shards] == [
         [[0, 1], [4, 5], [8, 0]], [[2, 3], [6, 7], [1, 2]]]
     assert shards[0].total_batch_size == 4
-    split = _ranks(loader, 2, split_batches=True)
+    split = _ranks(loader, 2, split_batches=True, dispatch_batches=False)
     assert [[b.tolist() for b in s] for s in split] == [
         [[0], [2], [4], [6], [8]], [[1], [3], [5], [7], [0]]]
-    unbatched = _ranks(DataLoader(Stream(), batch_size=None), 2)
+    unbatched = _ranks(DataLoader(Stream(), batch_size=None), 2, dispatch_batches=False)
     assert [[int(b) for b in s] for s in unbatched] == [[0, 2, 4, 6, 8], [1, 3, 5, 7, 0]]
 
 

@@ -220,3 +220,20 @@ def test_iterable_shard_errors():
         IterableDatasetShard(range(4), 0)
     with pytest.raises(ConfigurationError, match="process_index"):
         IterableDatasetShard(range(4), 2, num_processes=2, process_index=5)
+
+
+class _SubclassedBatchSampler(BatchSampler):
+    """Not exactly torch's BatchSampler: takes the general path of BatchSamplerShard."""
+
+
+@pytest.mark.parametrize(("num", "even", "drop"),
+                         list(itertools.product((2, 3), (True, False), (False, True))))
+def test_index_fast_path_matches_general_path(num, even, drop):
+    for length, bs in itertools.product(LENGTHS, range(1, 6)):
+        fast = BatchSampler(SequentialSampler(range(length)), bs, drop)
+        slow = _SubclassedBatchSampler(SequentialSampler(range(length)), bs, drop)
+        for r in range(num):
+            a, b = BatchSamplerShard(fast, num, r, False, even), BatchSamplerShard(
+                slow, num, r, False, even)
+            assert list(a) == list(b), (length, bs, r)
+            assert a.padded_real == b.padded_real, (length, bs, r)

@@ -182,10 +182,18 @@ def test_import_accel_is_lazy():
 @pytest.mark.parametrize("value", ["no", "fp32", ""])
 def test_full_precision_requests_are_accepted(monkeypatch, value):
     monkeypatch.setenv("ACCEL_MIXED_PRECISION", value)
-    Accelerator(cpu=True)
+    accelerator = Accelerator(cpu=True)
+    assert accelerator.mixed_precision == "no" and not accelerator.native_amp
 
 
-def test_mixed_precision_request_is_refused_not_ignored(monkeypatch):
+def test_mixed_precision_request_from_the_launcher_is_honoured_not_ignored(monkeypatch):
     monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "bf16")
-    with pytest.raises(ConfigurationError, match="ACCELERATE_MIXED_PRECISION='bf16'.*fp32"):
-        Accelerator(cpu=True)
+    accelerator = Accelerator(cpu=True)
+    assert accelerator.mixed_precision == "bf16" and accelerator.native_amp
+
+
+def test_mixed_precision_conflict_between_code_and_launcher_is_an_error(monkeypatch):
+    monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "bf16")
+    with pytest.raises(ConfigurationError, match=r"mixed_precision='fp16'.*"
+                                                 r"ACCELERATE_MIXED_PRECISION=bf16"):
+        Accelerator(cpu=True, mixed_precision="fp16")

@@ -1,5 +1,92 @@
-"""accel-checkpoint: reserved in the 0.1 workspace; its features arrive in a later release."""
+"""accel-checkpoint: crash-safe, verified checkpoints of anything with ``state_dict()``.
+
+Tensors go to safetensors, everything else to JSON, and ``manifest.json`` (sizes and
+sha256 of every file) is written last, just before an atomic rename: a checkpoint either
+loads exactly or is refused with the name of the bad file. Nothing is ever unpickled.
+Usable alone from a plain PyTorch loop (``CheckpointManager``) or through
+``accel.Accelerator.save_state``.
+
+Names are loaded lazily (PEP 562) so ``accel checkpoint --help`` does not import torch.
+"""
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
+
+_EXPORTS = {
+    "CheckpointManager": "accel_checkpoint.manager",
+    "LoadedCheckpoint": "accel_checkpoint.manager",
+    "PendingSave": "accel_checkpoint.manager",
+    "save_checkpoint": "accel_checkpoint.manager",
+    "load_checkpoint": "accel_checkpoint.manager",
+    "read_object": "accel_checkpoint.manager",
+    "rotate_checkpoints": "accel_checkpoint.manager",
+    "wait_for_pending_saves": "accel_checkpoint.manager",
+    "CheckpointError": "accel_checkpoint.errors",
+    "CorruptCheckpointError": "accel_checkpoint.errors",
+    "Manifest": "accel_checkpoint.manifest",
+    "CheckpointInfo": "accel_checkpoint.manifest",
+    "verify_checkpoint": "accel_checkpoint.manifest",
+    "list_checkpoints": "accel_checkpoint.manifest",
+    "latest_checkpoint": "accel_checkpoint.manifest",
+    "ProjectConfiguration": "accel_checkpoint.project",
+    "save_model_weights": "accel_checkpoint.weights",
+    "load_checkpoint_in_model": "accel_checkpoint.weights",
+    "clean_state_dict_for_safetensors": "accel_checkpoint.weights",
+    "id_tensor_storage": "accel_checkpoint.weights",
+    "convert_file_size_to_int": "accel_checkpoint.weights",
+    "dtype_byte_size": "accel_checkpoint.weights",
+    "convert_bytes": "accel_checkpoint.weights",
+    "save": "accel_checkpoint.weights",
+    "load": "accel_checkpoint.weights",
+}
+
+__all__ = [*_EXPORTS, "__version__"]
+
+if TYPE_CHECKING:
+    from accel_checkpoint.errors import CheckpointError, CorruptCheckpointError
+    from accel_checkpoint.manager import (
+        CheckpointManager,
+        LoadedCheckpoint,
+        PendingSave,
+        load_checkpoint,
+        read_object,
+        rotate_checkpoints,
+        save_checkpoint,
+        wait_for_pending_saves,
+    )
+    from accel_checkpoint.manifest import (
+        CheckpointInfo,
+        Manifest,
+        latest_checkpoint,
+        list_checkpoints,
+        verify_checkpoint,
+    )
+    from accel_checkpoint.project import ProjectConfiguration
+    from accel_checkpoint.weights import (
+        clean_state_dict_for_safetensors,
+        convert_bytes,
+        convert_file_size_to_int,
+        dtype_byte_size,
+        id_tensor_storage,
+        load,
+        load_checkpoint_in_model,
+        save,
+        save_model_weights,
+    )
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'accel_checkpoint' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -7,19 +7,31 @@ are public so custom loops can build their own.
 
 from __future__ import annotations
 
-from accel_data.loaders import DataLoaderShard, DataLoaderStateMixin
+from accel_data.config import DataLoaderConfiguration
+from accel_data.dispatcher import DataLoaderDispatcher, slice_batch
+from accel_data.loaders import DataLoaderShard, DataLoaderStateMixin, UnsizedLoaderError
+from accel_data.metrics import gather_for_metrics
 from accel_data.prepare import prepare_data_loader
-from accel_data.samplers import SeedableRandomSampler, get_sampler
+from accel_data.samplers import SeedableRandomSampler, SkipBatchSampler, get_sampler
 from accel_data.sharding import BatchSamplerShard, IterableDatasetShard
+from accel_data.skip import SkipDataLoader, skip_first_batches
 
 __version__ = "0.1.0"
 
 __all__ = [
     "BatchSamplerShard",
+    "DataLoaderConfiguration",
+    "DataLoaderDispatcher",
     "DataLoaderShard",
     "DataLoaderStateMixin",
     "IterableDatasetShard",
     "SeedableRandomSampler",
+    "SkipBatchSampler",
+    "SkipDataLoader",
+    "UnsizedLoaderError",
+    "gather_for_metrics",
     "get_sampler",
     "prepare_data_loader",
+    "skip_first_batches",
+    "slice_batch",
 ]

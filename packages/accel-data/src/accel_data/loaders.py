@@ -1,9 +1,12 @@
 """``DataLoaderShard``: a real ``torch.utils.data.DataLoader`` that iterates one rank's shard.
 
-It adds three things to a plain loader, at near-zero per-batch cost: batches moved to the
-target device, an epoch counter forwarded to samplers and datasets (``set_epoch``), and a
-one-batch look-ahead so ``end_of_dataloader`` is True while the last batch is processed
-(gradient accumulation must sync on it).
+It adds, at near-zero per-batch cost: batches moved to the target device, an epoch
+counter forwarded to samplers and datasets (``set_epoch``), a one-batch look-ahead so
+``end_of_dataloader`` is True while the last batch is processed (gradient accumulation
+must sync on it), the exact count of real samples in a padded last batch (``remainder``,
+for ``gather_for_metrics``), and a resumable position (``state_dict``; resuming skips
+batches on indices, without reading the skipped samples, whenever the loader samples
+indices).
 """
 
 from __future__ import annotations
@@ -15,22 +18,31 @@ import torch
 from accel_state.errors import ConfigurationError
 from accel_state.state import GradientState
 from accel_state.operations import send_to_device
-from torch.utils.data import DataLoader
+from accel_state.random import synchronize_rng_states
+from torch.utils.data import DataLoader, IterableDataset
 
-from accel_data.samplers import get_sampler
+from accel_data.samplers import SkipBatchSampler, get_sampler
 
-__all__ = ["DataLoaderStateMixin", "DataLoaderShard"]
+__all__ = ["DataLoaderStateMixin", "DataLoaderShard", "UnsizedLoaderError"]
 
 
 class DataLoaderStateMixin:
-    """Iteration state a training loop reads: ``end_of_dataloader`` and ``remainder``.
+    """Iteration state of a prepared loader: what a training loop reads and a checkpoint saves.
 
-    ``begin()``/``end()`` bracket every pass; they are the single place where a loader
-    reports itself to the process-wide ``GradientState``.
+    ``end_of_dataloader``/``remainder`` describe the current pass; ``begin()``/``end()``
+    bracket every pass and are the single place where a loader reports itself to the
+    process-wide ``GradientState``. ``state_dict()``/``load_state_dict()`` capture the
+    position (epoch, batches yielded, shuffle seed) so a resumed run continues with
+    exactly the batches the uninterrupted run would have seen.
     """
 
     end_of_dataloader: bool = False
-    remainder: int = -1  # samples in the last global batch that are not padding (-1: unknown)
+    # Real samples in the last global batch when it was padded (what gather_for_metrics
+    # keeps of it); 0 when nothing was padded; -1 when unknown.
+    remainder: int = -1
+    iteration: int = 0  # epoch of the next pass; advanced after each complete pass
+    _yielded: int = 0  # batches of epoch `iteration` handed out (skipped ones included)
+    _skip_plan: tuple[int, int] | None = None  # (epoch, batches) to skip in that epoch only
 
     def reset(self) -> None:
         """Forget the previous pass."""
@@ -38,22 +50,83 @@ class DataLoaderStateMixin:
         self.remainder = -1
 
     def begin(self) -> None:
-        """A pass starts: become the active dataloader, reset, compute ``remainder``."""
+        """A pass starts: become the active dataloader, reset, estimate ``remainder``."""
         self.reset()
         GradientState()._add_dataloader(self)
+        self.remainder = self._expected_remainder()
+
+    def _expected_remainder(self) -> int:
+        """``remainder`` from the lengths, before the pass tells the exact value."""
         if getattr(self, "_drop_last_source", False):
-            return
+            return -1
+        if not getattr(self, "_pads", True):
+            return 0
         try:
             total = self.total_dataset_length  # type: ignore[attr-defined]
             per_step = self.total_batch_size  # type: ignore[attr-defined]
         except TypeError:  # unsized dataset
-            return
-        if per_step:
-            self.remainder = total % per_step
+            return -1
+        return total % per_step if per_step else -1
 
     def end(self) -> None:
         """A pass ended (exhausted or abandoned): the enclosing loader, if any, is active again."""
         GradientState()._remove_dataloader(self)
+
+    # -- resumable position ----------------------------------------------------------------
+    def _pending_skip(self) -> int:
+        """Batches the next pass skips: only if it is the epoch the skip was asked for."""
+        plan = self._skip_plan
+        return plan[1] if plan is not None and plan[0] == self.iteration else 0
+
+    def set_skip_batches(self, num_batches: int) -> None:
+        """Make the next pass of the current epoch start after ``num_batches`` batches."""
+        if isinstance(num_batches, bool) or not isinstance(num_batches, int) or num_batches < 0:
+            raise ConfigurationError(
+                f"num_batches must be a non-negative int, got {num_batches!r}; pass how many "
+                "batches of this epoch were already consumed.")
+        self._skip_plan = (self.iteration, num_batches) if num_batches else None
+
+    def state_dict(self) -> dict[str, Any]:
+        """The position as plain ints: ``epoch``, ``batches_yielded``, ``sampler_seed``.
+
+        Taken mid-pass it is the batches handed out so far; taken on the last batch (or
+        after it) it is the start of the next epoch.
+        """
+        epoch, done = self.iteration, self._yielded
+        if self._skip_plan is not None and self._skip_plan[0] == epoch and not done:
+            done = self._skip_plan[1]  # loaded but not iterated yet
+        if self.end_of_dataloader and GradientState().active_dataloader is self:
+            epoch, done = epoch + 1, 0
+        state: dict[str, Any] = {"epoch": epoch, "batches_yielded": done}
+        seed = getattr(get_sampler(self), "initial_seed", None)  # type: ignore[arg-type]
+        if isinstance(seed, int):
+            state["sampler_seed"] = seed
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Continue from ``state_dict``: the next pass resumes that epoch where it stopped."""
+        try:
+            epoch, done = int(state_dict["epoch"]), int(state_dict["batches_yielded"])
+        except (KeyError, TypeError, ValueError) as error:
+            raise ConfigurationError(
+                f"Not a dataloader state: {state_dict!r} lacks an int 'epoch' and "
+                "'batches_yielded'; pass what this loader's state_dict() returned.") from error
+        self.set_epoch(epoch)  # type: ignore[attr-defined]
+        self._yielded = 0
+        self._skip_plan = (epoch, done) if done else None
+        seed = state_dict.get("sampler_seed")
+        sampler = get_sampler(self)  # type: ignore[arg-type]
+        if seed is not None and hasattr(sampler, "initial_seed"):
+            sampler.initial_seed = int(seed)
+
+    def _finish_pass(self) -> None:
+        """A pass ran to its end: the next one is the next epoch, from its start."""
+        self.iteration += 1
+        self._yielded = 0
+        self._skip_plan = None
+        origin = getattr(self, "_origin", None)
+        if origin is not None:  # a skip_first_batches copy finished the origin's epoch
+            origin.iteration, origin._yielded = self.iteration, 0
 
 
 class DataLoaderShard(DataLoaderStateMixin, DataLoader):
@@ -62,18 +135,26 @@ class DataLoaderShard(DataLoaderStateMixin, DataLoader):
     Built like any ``DataLoader`` (``dataset`` plus the usual keyword arguments, typically a
     ``BatchSamplerShard`` as ``batch_sampler`` or an ``IterableDatasetShard`` as
     ``dataset``); ``prepare_data_loader`` builds one from an existing loader. With
-    ``device=None`` batches are left where the workers made them.
+    ``device=None`` batches are left where the workers made them. ``rng_types`` (e.g.
+    ``["generator"]``, ``["torch"]``) are synchronised from rank 0 at the start of every pass.
     """
 
     _is_accelerate_prepared = True
 
     def __init__(self, dataset: Any, device: torch.device | str | None = None,
-                 non_blocking: bool = False, **kwargs: Any) -> None:
+                 non_blocking: bool = False, rng_types: list[Any] | None = None,
+                 synchronized_generator: torch.Generator | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(dataset, **kwargs)
         self.device = torch.device(device) if device is not None else None
         self.non_blocking = bool(non_blocking)
-        self.iteration = 0  # epoch of the next pass; advanced after each complete pass
+        self.rng_types = list(rng_types) if rng_types else None
+        self.synchronized_generator = synchronized_generator
+        self.iteration = 0
         self._drop_last_source = self._source_drop_last()
+        shard = self._shard() or (self.dataset if hasattr(self.dataset, "num_processes")
+                                  else None)
+        self._pads = bool(getattr(shard, "even_batches", True)) if shard is not None else False
 
     def _source_drop_last(self) -> bool:
         """Whether the sharded source drops the incomplete end (then nothing is padded)."""
@@ -110,6 +191,25 @@ class DataLoaderShard(DataLoaderStateMixin, DataLoader):
         total = getattr(self.dataset, "total_length", None)
         return total if total is not None else len(self.dataset)
 
+    def __len__(self) -> int:
+        """Batches of the next pass (a pending skip of this epoch is subtracted)."""
+        try:
+            total = super().__len__()
+        except TypeError as error:
+            raise UnsizedLoaderError(
+                f"len() of this prepared DataLoader is unknown: its dataset "
+                f"{type(self.dataset).__name__} has no __len__ (an IterableDataset read on "
+                "every rank, dispatch_batches=False). Give the dataset a __len__, or count "
+                "steps yourself (e.g. max_steps) instead of len(dataloader).") from error
+        return max(total - self._pending_skip(), 0)
+
+    @property
+    def _index_sampler(self) -> Any:  # DataLoader's hook: what its iterators draw indices from
+        override = self.__dict__.get("_skip_sampler")
+        if override is not None:
+            return override
+        return self.batch_sampler if self._auto_collation else self.sampler
+
     def get_sampler(self) -> Any:
         """The index sampler (see :func:`accel_data.get_sampler`)."""
         return get_sampler(self)
@@ -142,30 +242,74 @@ class DataLoaderShard(DataLoaderStateMixin, DataLoader):
                 obj.set_epoch(epoch)
                 done.append(obj)
 
-    def __iter__(self) -> Iterator[Any]:
-        self.set_epoch(self.iteration)
-        self.begin()
+    def _open(self, skip: int) -> tuple[Iterator[Any], int]:
+        """The torch iterator of this pass, and how many batches it still has to skip.
+
+        Map-style loaders skip on indices: for this pass only, the index sampler is wrapped
+        in a ``SkipBatchSampler`` (also in a persistent-workers iterator that is reused).
+        """
+        if not skip or isinstance(self.dataset, IterableDataset):
+            return super().__iter__(), skip
+        base = self.batch_sampler if self._auto_collation else self.sampler
+        wrapper = SkipBatchSampler(base, skip)
+        self.__dict__["_skip_sampler"] = wrapper
+        if self._iterator is not None:
+            self._iterator._index_sampler = wrapper
         try:
             iterator = super().__iter__()
-            try:
-                current = next(iterator)
-            except StopIteration:
-                self.iteration += 1
+        finally:
+            del self.__dict__["_skip_sampler"]
+        iterator._index_sampler = base  # later passes of a persistent iterator skip nothing
+        return iterator, 0
+
+    def _exact_remainder(self) -> None:
+        """At the end of a pass, read how many samples of the last global batch are real."""
+        if not self._pads or self._drop_last_source:
+            return
+        shard = self._shard()
+        if shard is None and isinstance(self.dataset, IterableDataset):
+            shard = self.dataset if self.num_workers == 0 else None  # else it ran in a worker
+        real = getattr(shard, "padded_real", None)
+        if real is not None:
+            self.remainder = int(real)
+
+    def __iter__(self) -> Iterator[Any]:
+        if self.rng_types:
+            synchronize_rng_states(self.rng_types, self.synchronized_generator)
+        self.set_epoch(self.iteration)
+        skip = self._pending_skip()
+        self.begin()
+        self._yielded = skip
+        try:
+            iterator, to_read = self._open(skip)
+            for _ in range(to_read):  # iterable datasets: the skipped batches are read
+                if next(iterator, _END) is _END:
+                    break
+            current = next(iterator, _END)
+            if current is _END:
+                self._finish_pass()
                 return
-            device = self.device
-            if device is None:
-                for upcoming in iterator:
-                    yield current
-                    current = upcoming
-            else:
-                non_blocking = self.non_blocking
+            device, non_blocking = self.device, self.non_blocking
+            if device is not None:
                 # Move before fetching the next batch, so an asynchronous copy overlaps it.
                 current = send_to_device(current, device, non_blocking)
-                for upcoming in iterator:
-                    yield current
-                    current = send_to_device(upcoming, device, non_blocking)
+            for upcoming in iterator:
+                self._yielded += 1
+                yield current
+                current = upcoming if device is None else send_to_device(upcoming, device,
+                                                                         non_blocking)
+            self._exact_remainder()
             self.end_of_dataloader = True
+            self._yielded += 1
             yield current
-            self.iteration += 1
+            self._finish_pass()
         finally:
             self.end()
+
+
+class UnsizedLoaderError(ConfigurationError, TypeError):
+    """``len()`` of a prepared loader whose dataset has no length (also a ``TypeError``,
+    which is what code probing ``len(dataloader)`` catches)."""
+
+
+_END = object()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 import inspect
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -104,7 +104,8 @@ def _with_index_sampler(batch_sampler: Any, data_seed: int | None, num_processes
 
 
 def _prepare_iterable(dataloader: DataLoader, num_processes: int, process_index: int,
-                      split_batches: bool, kwargs: dict[str, Any]) -> dict[str, Any]:
+                      split_batches: bool, even_batches: bool,
+                      kwargs: dict[str, Any]) -> dict[str, Any]:
     """Keyword arguments of the shard loader for an ``IterableDataset``."""
     dataset, batch_size = dataloader.dataset, dataloader.batch_size
     if num_processes == 1:
@@ -116,10 +117,10 @@ def _prepare_iterable(dataloader: DataLoader, num_processes: int, process_index:
                 "split_batches=True cannot split the items of a DataLoader built with "
                 "batch_size=None; give the DataLoader a batch_size or use split_batches=False.")
         shard = IterableDatasetShard(dataset, 1, dataloader.drop_last, num_processes,
-                                     process_index)
+                                     process_index, even_batches=even_batches)
         return dict(kwargs, dataset=shard, batch_size=None)
     shard = IterableDatasetShard(dataset, batch_size, dataloader.drop_last, num_processes,
-                                 process_index, split_batches)
+                                 process_index, split_batches, even_batches)
     return dict(kwargs, dataset=shard, batch_size=shard.process_batch_size,
                 drop_last=dataloader.drop_last)
 
@@ -153,17 +154,54 @@ def _prepare_map(dataloader: DataLoader, num_processes: int, process_index: int,
     return dict(kwargs, sampler=sampler, batch_size=None)
 
 
+def _dispatch_kwargs(dataloader: DataLoader, num_processes: int, split_batches: bool,
+                     reseed: bool, data_seed: int | None, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Keyword arguments of a ``DataLoaderDispatcher``: the user's loader, rebuilt as is."""
+    if split_batches and dataloader.batch_size is None:
+        raise ConfigurationError(
+            "split_batches=True cannot split the items of a DataLoader built with "
+            "batch_size=None; give the DataLoader a batch_size or use split_batches=False.")
+    kwargs = dict(kwargs, dataset=dataloader.dataset)
+    if isinstance(dataloader.dataset, IterableDataset):
+        return dict(kwargs, batch_size=dataloader.batch_size, drop_last=dataloader.drop_last)
+    if dataloader.batch_sampler is not None:
+        batch_sampler = dataloader.batch_sampler
+        if reseed:
+            batch_sampler = _with_index_sampler(batch_sampler, data_seed, num_processes)
+        return dict(kwargs, batch_sampler=batch_sampler)
+    sampler = dataloader.sampler
+    if reseed:
+        sampler = _seedable(sampler, data_seed, num_processes)
+    return dict(kwargs, sampler=sampler, batch_size=None)
+
+
+def _check_batch_sampler(dataloader: DataLoader, split_batches: bool, num_processes: int) -> None:
+    """A custom batch_sampler must say its batch size where the sharding needs it."""
+    batch_sampler = dataloader.batch_sampler
+    if (split_batches and num_processes > 1 and batch_sampler is not None
+            and getattr(batch_sampler, "batch_size", None) is None):
+        raise ConfigurationError(
+            f"split_batches=True needs the total batch size, but the DataLoader's batch_sampler "
+            f"{type(batch_sampler).__name__} has no `batch_size` attribute; give it a "
+            "`batch_size` attribute (the total across processes) or use split_batches=False.")
+
+
 def prepare_data_loader(dataloader: DataLoader, device: torch.device | str | None = None,
                         num_processes: int | None = None, process_index: int | None = None,
                         split_batches: bool = False, put_on_device: bool = False, *,
-                        even_batches: bool = True, non_blocking: bool = False,
-                        use_seedable_sampler: bool = False,
-                        data_seed: int | None = None) -> DataLoaderShard:
+                        rng_types: list[Any] | None = None,
+                        dispatch_batches: bool | None = None, even_batches: bool = True,
+                        slice_fn_for_dispatch: Callable[..., Any] | None = None,
+                        use_seedable_sampler: bool = False, data_seed: int | None = None,
+                        non_blocking: bool = False,
+                        use_stateful_dataloader: bool = False) -> DataLoaderShard:
     """Return a ``DataLoaderShard`` that iterates this rank's part of ``dataloader``.
 
     ``num_processes``/``process_index`` default to torch.distributed's world size/rank when
     it is initialised, else 1/0. Map-style datasets are sharded by batch
-    (``BatchSamplerShard``), iterable ones by item (``IterableDatasetShard``). With several
+    (``BatchSamplerShard``), iterable ones by item (``IterableDatasetShard``), unless
+    ``dispatch_batches`` (default: on for an ``IterableDataset`` with several processes)
+    makes rank 0 read and send the batches (``DataLoaderDispatcher``). With several
     processes (or ``use_seedable_sampler``/``data_seed``), a plain ``RandomSampler`` is
     replaced by a ``SeedableRandomSampler`` seeded alike on every rank, so the shards are
     disjoint. ``put_on_device=True`` moves each batch to ``device``.
@@ -181,14 +219,37 @@ def prepare_data_loader(dataloader: DataLoader, device: torch.device | str | Non
             "put_on_device=True needs a target device, but device=None; pass device= "
             "(e.g. torch.device('cuda', local_rank)) or put_on_device=False.")
     num_processes, process_index = _world(num_processes, process_index)
+    _check_batch_sampler(dataloader, split_batches, num_processes)
+    iterable = isinstance(dataloader.dataset, IterableDataset)
+    if dispatch_batches is None:
+        dispatch_batches = iterable and num_processes > 1
+    if dispatch_batches and use_stateful_dataloader:
+        raise ConfigurationError(
+            "use_stateful_dataloader=True cannot be combined with dispatch_batches=True: only "
+            "rank 0 would hold the loader's state. Use one of the two.")
     kwargs = _carried_kwargs(dataloader)
-    if isinstance(dataloader.dataset, IterableDataset):
+    reseed = not iterable and (num_processes > 1 or use_seedable_sampler
+                               or data_seed is not None)
+    common = {"device": device if put_on_device else None, "non_blocking": non_blocking}
+    if dispatch_batches and num_processes > 1:
+        from accel_data.dispatcher import DataLoaderDispatcher
+
+        kwargs = _dispatch_kwargs(dataloader, num_processes, split_batches, reseed, data_seed,
+                                  kwargs)
+        return DataLoaderDispatcher(
+            kwargs.pop("dataset"), split_batches=split_batches, even_batches=even_batches,
+            slice_fn=slice_fn_for_dispatch, num_processes=num_processes,
+            process_index=process_index, **common, **kwargs)
+    if iterable:
         kwargs = _prepare_iterable(dataloader, num_processes, process_index, split_batches,
-                                   kwargs)
+                                   even_batches, kwargs)
     else:
-        reseed = num_processes > 1 or use_seedable_sampler or data_seed is not None
         kwargs = _prepare_map(dataloader, num_processes, process_index, split_batches,
                               even_batches, reseed, data_seed, kwargs)
+    cls: type[DataLoaderShard] = DataLoaderShard
+    if use_stateful_dataloader:
+        from accel_data.stateful import stateful_class
+
+        cls = stateful_class(DataLoaderShard)
     dataset = kwargs.pop("dataset")
-    return DataLoaderShard(dataset, device=device if put_on_device else None,
-                           non_blocking=non_blocking, **kwargs)
+    return cls(dataset, rng_types=rng_types, **common, **kwargs)

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch.utils.data import BatchSampler, DataLoader, RandomSampler
 
-__all__ = ["SeedableRandomSampler", "get_sampler"]
+__all__ = ["SeedableRandomSampler", "SkipBatchSampler", "get_sampler"]
 
 _MASK64 = (1 << 64) - 1
 _GOLDEN64 = 0x9E3779B97F4A7C15  # odd 64-bit constant: spreads consecutive epochs apart
@@ -61,6 +61,49 @@ class SeedableRandomSampler(RandomSampler):
             if rest:
                 yield from torch.randperm(size, generator=generator)[:rest].tolist()
         self.epoch += 1
+
+
+class SkipBatchSampler(BatchSampler):
+    """The batches of ``batch_sampler`` after its first ``skip_batches`` (indices only).
+
+    Skipping happens on indices, so the skipped samples are never read. ``keep_first``
+    batches are yielded before the skipped range starts (the dispatcher keeps the first
+    round of an epoch, the source of even-batches padding). Every pass skips again: a
+    prepared loader wraps its sampler in one only for the pass it resumes.
+    """
+
+    def __init__(self, batch_sampler: Any, skip_batches: int = 0, keep_first: int = 0) -> None:
+        # BatchSampler.__init__ is not called: this only wraps an existing batch sampler.
+        self.batch_sampler = batch_sampler
+        self.skip_batches = int(skip_batches)
+        self.keep_first = int(keep_first)
+
+    @property
+    def sampler(self) -> Any:
+        return getattr(self.batch_sampler, "sampler", None)
+
+    @property
+    def batch_size(self) -> Any:
+        return getattr(self.batch_sampler, "batch_size", None)
+
+    @property
+    def drop_last(self) -> bool:
+        return bool(getattr(self.batch_sampler, "drop_last", False))
+
+    def __iter__(self) -> Iterator[Any]:
+        lo, hi = self.keep_first, self.keep_first + self.skip_batches
+        for index, batch in enumerate(self.batch_sampler):
+            if not lo <= index < hi:
+                yield batch
+
+    def __len__(self) -> int:
+        total = len(self.batch_sampler)
+        return total - max(0, min(self.skip_batches, total - self.keep_first))
+
+    @property
+    def total_length(self) -> int:
+        """Batches of the wrapped sampler, skipped ones included."""
+        return len(self.batch_sampler)
 
 
 def get_sampler(dataloader: DataLoader) -> Any:

@@ -136,10 +136,46 @@ class BatchSamplerShard(BatchSampler):
             return total
         return total - 1
 
+    # Real samples in the last global batch of the latest pass when it was padded, else 0:
+    # what ``gather_for_metrics`` keeps of that batch. Set as the pass ends.
+    padded_real: int = 0
+
     def __iter__(self) -> Iterator[list[int]]:
+        self.padded_real = 0
         return self._iter_split() if self.split_batches else self._iter_strided()
 
     def _iter_strided(self) -> Iterator[list[int]]:
+        if type(self.batch_sampler) is BatchSampler and self.batch_size:
+            return self._iter_strided_indices()
+        return self._iter_strided_batches()
+
+    def _iter_strided_indices(self) -> Iterator[list[int]]:
+        """Fast path for torch's ``BatchSampler``: slice this rank's batches out of the epoch's
+        index list instead of building every rank's batches (same result as the general path).
+        """
+        num, rank, size = self.num_processes, self.process_index, self.batch_size or 0
+        indices = list(self.batch_sampler.sampler)  # type: ignore[attr-defined]
+        total = len(indices)
+        batches = total // size if self.drop_last else -(-total // size)
+        if batches == 0:
+            return
+        pad = self.even_batches and not self.drop_last
+        short_last = pad and total % size != 0
+        rounds = batches // num if batches % num == 0 and not short_last else (batches - 1) // num
+        for first in range(rank * size, rounds * num * size, num * size):
+            yield indices[first:first + size]
+        if rounds * num == batches or self.drop_last:
+            return
+        position = rounds * num + rank
+        mine = indices[position * size:(position + 1) * size] if position < batches else None
+        if not pad:
+            if mine is not None:
+                yield mine
+            return
+        yield from self._padded_round(batches, indices[(batches - 1) * size:], mine,
+                                      indices[:num * size])
+
+    def _iter_strided_batches(self) -> Iterator[list[int]]:
         num, rank = self.num_processes, self.process_index
         pad = self.even_batches and not self.drop_last
         size = self.batch_size or 0
@@ -177,8 +213,10 @@ class BatchSamplerShard(BatchSampler):
                       head: list[int]) -> Iterator[list[int]]:
         """Complete the final round (positions up to a multiple of N) with wrap-around samples."""
         num, size = self.num_processes, self.batch_size or 0
-        position = (count - 1) // num * num + self.process_index  # this rank's batch index
+        first = (count - 1) // num * num  # index of the last round's first batch
+        position = first + self.process_index  # this rank's batch index
         short = max(size - len(last), 0)
+        self.padded_real = (count - 1 - first) * size + len(last)
         if position < count - 1:
             yield mine  # a full batch of the last round
         elif position == count - 1:
@@ -204,6 +242,7 @@ class BatchSamplerShard(BatchSampler):
             elif self.drop_last:
                 continue
             elif self.even_batches:
+                self.padded_real = len(batch)
                 yield (list(batch) + _wrap(head, 0, size - len(batch)))[lo:hi]
             elif len(batch) > lo:
                 yield batch[lo:hi]
@@ -217,12 +256,13 @@ class IterableDatasetShard(IterableDataset):
     slice of every round, i.e. one batch. The last, incomplete round is dropped with
     ``drop_last`` and otherwise completed with the first items of the epoch, so every rank
     yields the same number of full batches. Every rank must iterate the same items in the
-    same order.
+    same order. ``even_batches=False`` keeps the last round as it is instead: ranks get a
+    shorter slice of it, or none.
     """
 
     def __init__(self, dataset: Iterable[Any], batch_size: int = 1, drop_last: bool = False,
                  num_processes: int = 1, process_index: int = 0,
-                 split_batches: bool = False) -> None:
+                 split_batches: bool = False, even_batches: bool = True) -> None:
         _check_world(num_processes, process_index)
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ConfigurationError(
@@ -236,7 +276,9 @@ class IterableDatasetShard(IterableDataset):
         self.num_processes = num_processes
         self.process_index = process_index
         self.split_batches = bool(split_batches)
+        self.even_batches = bool(even_batches)
         self.epoch = 0
+        self.padded_real = 0  # as BatchSamplerShard.padded_real (0: last round was full)
 
     def set_epoch(self, epoch: int) -> None:
         """Record the epoch and forward it to the dataset when it reshuffles per epoch."""
@@ -260,6 +302,11 @@ class IterableDatasetShard(IterableDataset):
         return len(self.dataset)  # type: ignore[arg-type]
 
     def __len__(self) -> int:
+        if not self.even_batches and not self.drop_last:
+            full, rest = divmod(self.total_length, self.total_batch_size)
+            lo = self.process_index * self.process_batch_size
+            return full * self.process_batch_size + max(0, min(self.process_batch_size,
+                                                                rest - lo))
         rounds = self.total_length / self.total_batch_size
         rounds = math.floor(rounds) if self.drop_last else math.ceil(rounds)
         return rounds * self.process_batch_size
@@ -270,6 +317,7 @@ class IterableDatasetShard(IterableDataset):
         hi = lo + self.process_batch_size
         head: list[Any] | None = None
         buffer: list[Any] = []
+        self.padded_real = 0
         for item in self.dataset:
             buffer.append(item)
             if len(buffer) == round_size:
@@ -277,8 +325,11 @@ class IterableDatasetShard(IterableDataset):
                 if head is None:
                     head = buffer
                 buffer = []
-        if buffer and not self.drop_last:
+        if buffer and not self.drop_last and not self.even_batches:
+            yield from buffer[lo:hi]
+        elif buffer and not self.drop_last:
             if head is None:
                 head = list(buffer)
+            self.padded_real = len(buffer)
             buffer.extend(_wrap(head, 0, round_size - len(buffer)))
             yield from buffer[lo:hi]

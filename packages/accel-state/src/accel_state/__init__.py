@@ -62,6 +62,7 @@ from accel_state.random import (
     synchronize_rng_state,
     synchronize_rng_states,
 )
+from accel_state.protocols import Stateful
 from accel_state.registry import Registry
 from accel_state.state import (
     GradientState,
@@ -85,7 +86,7 @@ __all__ = [
     "DistributedOperationException", "DistributedType", "EnumWithContains", "GatheredParameters",
     "GradientAccumulationPlugin", "GradientState", "InitProcessGroupKwargs", "KwargsHandler", "LaunchError",
     "MissingDependencyError", "PartialState", "RNGType", "Registry", "SageMakerDistributedType",
-    "SharedDict", "TensorInformation", "ThreadLocalSharedDict", "broadcast",
+    "SharedDict", "Stateful", "TensorInformation", "ThreadLocalSharedDict", "broadcast",
     "broadcast_object_list", "capture_rng_state", "chained_operation", "concatenate",
     "convert_outputs_to_fp32", "convert_to_fp32", "copy_tensor_to_devices", "find_batch_size",
     "find_device", "gather", "gather_object", "get_cpu_distributed_information",

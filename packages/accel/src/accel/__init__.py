@@ -20,12 +20,19 @@ _EXPORTS = {
     "synchronize_rng_states": "accel_state",
     "DistributedDataParallelKwargs": "accel_parallel",
     "DDPCommunicationHookType": "accel_parallel",
+    "AutocastKwargs": "accel_precision",
+    "GradScalerKwargs": "accel_precision",
+    # accel-data
+    "DataLoaderConfiguration": "accel_data",
+    "skip_first_batches": "accel_data",
 }
 
 __all__ = [*_EXPORTS, "__version__"]
 
 if TYPE_CHECKING:
     from accel_parallel import DDPCommunicationHookType, DistributedDataParallelKwargs
+    from accel_data import DataLoaderConfiguration, skip_first_batches
+    from accel_precision import AutocastKwargs, GradScalerKwargs
     from accel_state import (
         DistributedType,
         InitProcessGroupKwargs,

@@ -1,7 +1,7 @@
 """Turn the Accelerator's arguments into the objects it delegates to — in one place.
 
-DESIGN.md §4: arguments are resolved once, here, into a Strategy (and, once
-accel-precision is wired, a Precision). The Accelerator itself never branches on a
+DESIGN.md §4: arguments are resolved once, here, into a Strategy and a Precision. The
+Accelerator itself never branches on a
 concrete backend.
 """
 
@@ -12,16 +12,23 @@ from dataclasses import dataclass
 from typing import Any
 
 from accel_parallel import STRATEGIES, DistributedDataParallelKwargs, Strategy
+from accel_precision import (
+    AORecipeKwargs,
+    AutocastKwargs,
+    GradScalerKwargs,
+    Precision,
+    TERecipeKwargs,
+    build_precision,
+)
 from accel_state import (
     ConfigurationError,
     GradientAccumulationPlugin,
     InitProcessGroupKwargs,
     KwargsHandler,
     PartialState,
-    env,
 )
 
-__all__ = ["Handlers", "collect_handlers", "check_precision_request", "resolve_accumulation",
+__all__ = ["Handlers", "collect_handlers", "resolve_precision", "resolve_accumulation",
            "resolve_strategy"]
 
 
@@ -31,9 +38,17 @@ class Handlers:
 
     init_process_group: InitProcessGroupKwargs | None = None
     ddp: DistributedDataParallelKwargs | None = None
+    # -- mixed precision (accel_precision) --
+    autocast: AutocastKwargs | None = None
+    grad_scaler: GradScalerKwargs | None = None
+    ao_recipe: AORecipeKwargs | None = None
+    te_recipe: TERecipeKwargs | None = None  # FP8RecipeKwargs (deprecated) lands here too
 
 
-_HANDLER_SLOTS = {InitProcessGroupKwargs: "init_process_group", DistributedDataParallelKwargs: "ddp"}
+_HANDLER_SLOTS = {InitProcessGroupKwargs: "init_process_group",
+                  DistributedDataParallelKwargs: "ddp",
+                  AutocastKwargs: "autocast", GradScalerKwargs: "grad_scaler",
+                  AORecipeKwargs: "ao_recipe", TERecipeKwargs: "te_recipe"}
 
 
 def collect_handlers(kwargs_handlers: Iterable[Any] | None) -> Handlers:
@@ -64,22 +79,16 @@ def resolve_strategy(state: PartialState, handlers: Handlers) -> Strategy:
     return STRATEGIES.get("single")(state)
 
 
-def check_precision_request() -> None:
-    """Refuse a mixed-precision request we cannot honour instead of silently training in fp32.
+def resolve_precision(mixed_precision: Any, state: PartialState, handlers: Handlers) -> Precision:
+    """The Precision for ``Accelerator(mixed_precision=...)``, ``ACCEL_MIXED_PRECISION`` (set by
+    ``accel launch --mixed_precision``) and the precision handlers.
 
-    ``accel launch --mixed_precision`` (or ``ACCEL_MIXED_PRECISION`` /
-    ``ACCELERATE_MIXED_PRECISION``) may ask for fp16/bf16/fp8; this release trains in
-    full precision only.
+    The rule lives in ``accel_precision.resolve``: sources that name a precision must agree
+    (a conflict says which source said what); none means fp32.
     """
-    found = env.MIXED_PRECISION.raw()
-    if found is None or found[1].strip().lower() in ("", "no", "fp32"):
-        return
-    name, value = found
-    raise ConfigurationError(
-        f"{name}={value!r} asks for mixed precision, which this release of accel does not "
-        "provide yet (it trains in full precision). Launch without --mixed_precision (or set "
-        f"{name}=no) to train in fp32."
-    )
+    return build_precision(mixed_precision, state.device, autocast=handlers.autocast,
+                           scaler=handlers.grad_scaler, ao_recipe=handlers.ao_recipe,
+                           te_recipe=handlers.te_recipe)
 
 
 def resolve_accumulation(steps: int, plugin: GradientAccumulationPlugin | None

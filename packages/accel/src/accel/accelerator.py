@@ -12,7 +12,6 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import torch
-from accel_data import prepare_data_loader as _shard_data_loader
 from accel_parallel import extract_model_from_parallel
 from accel_state import (
     DistributedType,
@@ -24,10 +23,15 @@ from accel_state import (
     reduce,
 )
 
+from accel import checkpointing as _ckpt
+from accel import tracking as _tracking
+from accel._data import UNSET as _UNSET
+from accel._data import DataMixin, resolve_dataloader_config
+from accel._precision import PrecisionMixin
 from accel._resolve import (
-    check_precision_request,
     collect_handlers,
     resolve_accumulation,
+    resolve_precision,
     resolve_strategy,
 )
 from accel.optimizer import AcceleratedOptimizer
@@ -38,7 +42,7 @@ __all__ = ["Accelerator"]
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
-class Accelerator:
+class Accelerator(PrecisionMixin, DataMixin):
     """Prepare a model, optimizer, dataloader and scheduler for the current launch setting.
 
     Args:
@@ -48,14 +52,22 @@ class Accelerator:
         step_scheduler_with_optimizer: step prepared schedulers only when the optimizer steps.
         gradient_accumulation_steps: batches per optimizer step inside :meth:`accumulate`
             (or a ``GradientAccumulationPlugin`` for the finer options).
+        mixed_precision: ``"no"``, ``"fp16"``, ``"bf16"`` or ``"fp8"``; must agree with
+            ``accel launch --mixed_precision`` when both are given (see docs/precision.md).
+            Precision API: ``accel/_precision.py``.
     """
 
     def __init__(self, device_placement: bool = True, cpu: bool = False,
                  kwargs_handlers: list[Any] | None = None,
                  step_scheduler_with_optimizer: bool = True,
                  gradient_accumulation_steps: int = 1,
-                 gradient_accumulation_plugin: GradientAccumulationPlugin | None = None) -> None:
-        check_precision_request()
+                 gradient_accumulation_plugin: GradientAccumulationPlugin | None = None,
+                 log_with: Any = None,
+                 mixed_precision: Any = None,
+                 split_batches: Any = _UNSET, dataloader_config: Any = None,
+                 project_dir: Any = None, project_config: Any = None) -> None:
+        # data options (accel/_data.py): dataloader_config, deprecated split_batches=
+        self._dataloader_config = resolve_dataloader_config(split_batches, dataloader_config)
         self._handlers = collect_handlers(kwargs_handlers)
         group_options = self._handlers.init_process_group
         self.state = PartialState(cpu, **(group_options.to_kwargs() if group_options else {}))
@@ -64,12 +76,21 @@ class Accelerator:
         self.device_placement = device_placement
         self.step_scheduler_with_optimizer = step_scheduler_with_optimizer
         self._strategy = resolve_strategy(self.state, self._handlers)
+        # mixed precision (accel/_precision.py): argument + ACCEL_MIXED_PRECISION + handlers
+        self._precision = resolve_precision(mixed_precision, self.state, self._handlers)
         self._models: list[torch.nn.Module] = []
         self._optimizers: list[AcceleratedOptimizer] = []
         self._schedulers: list[AcceleratedScheduler] = []
         self._dataloaders: list[Any] = []
         self._custom_objects: list[Any] = []
         self.step = 0
+        # checkpoints (accel/checkpointing.py): ProjectConfiguration, save/load hooks
+        _ckpt.init_checkpointing(self, project_dir, project_config)
+        # -- experiment tracking (accel/tracking.py); end_training() calls each finisher --
+        self._end_training_hooks: list[Callable[[], None]] = [
+            lambda: _tracking.end_tracking(self)]
+        _tracking.setup_tracking(self, log_with)
+        self._end_training_hooks.insert(0, self.wait_for_checkpoint)  # async saves
 
     # -- views of the process state ----------------------------------------------------------
     @property
@@ -163,6 +184,7 @@ class Accelerator:
     def prepare_model(self, model: torch.nn.Module, device_placement: bool | None = None,
                       evaluation_mode: bool = False) -> torch.nn.Module:
         placement = self.device_placement if device_placement is None else device_placement
+        model = self._precision_prepare_model(model)  # fp8 layers, autocast forward
         prepared = self._strategy.prepare_model(model, device_placement=placement,
                                                 evaluation_mode=evaluation_mode)
         prepared._is_accelerate_prepared = True
@@ -173,6 +195,7 @@ class Accelerator:
                           device_placement: bool | None = None) -> AcceleratedOptimizer:
         placement = self.device_placement if device_placement is None else device_placement
         prepared = AcceleratedOptimizer(optimizer, device_placement=placement)
+        self._precision_prepare_optimizer(prepared)
         prepared._is_accelerate_prepared = True
         self._optimizers.append(prepared)
         return prepared
@@ -186,12 +209,10 @@ class Accelerator:
         return prepared
 
     def prepare_data_loader(self, data_loader: torch.utils.data.DataLoader,
-                            device_placement: bool | None = None) -> Any:
+                            device_placement: bool | None = None,
+                            slice_fn_for_dispatch: Any = None) -> Any:
         placement = self.device_placement if device_placement is None else device_placement
-        prepared = _shard_data_loader(
-            data_loader, device=self.device, num_processes=self.num_processes,
-            process_index=self.process_index, put_on_device=placement,
-        )
+        prepared = self._shard_loader(data_loader, placement, slice_fn_for_dispatch)
         self._dataloaders.append(prepared)
         return prepared
 
@@ -205,7 +226,7 @@ class Accelerator:
         steps = self.gradient_state.num_steps
         if steps > 1:
             loss = loss / steps
-        self._strategy.backward(loss, **kwargs)
+        self._strategy.backward(self._precision.pre_backward(loss), **kwargs)
 
     @contextlib.contextmanager
     def accumulate(self, *models: torch.nn.Module) -> Iterator[None]:
@@ -285,6 +306,36 @@ class Accelerator:
                          local_process_index: int | None = None) -> Any:
         return self.state.on_local_process(function, local_process_index=local_process_index)
 
+    # -- experiment tracking (logic in accel/tracking.py) ---------------------------------------
+    @property
+    def trackers(self) -> list[Any]:
+        """The trackers of the current run (built by :meth:`init_trackers`)."""
+        return self._tracker_group.trackers
+
+    def init_trackers(self, project_name: str, config: dict[str, Any] | None = None,
+                      init_kwargs: dict[str, dict[str, Any]] | None = None, *,
+                      strict: bool | None = None) -> None:
+        """Start one run per tracker of ``log_with`` (on the main process) and store ``config``.
+
+        ``init_kwargs`` maps a tracker name to its constructor's kwargs; ``strict=True`` (or
+        ``ACCEL_TRACKING_STRICT=1``) makes a failing tracker an error instead of a warning.
+        """
+        _tracking.init_trackers(self, project_name, config, init_kwargs, strict=strict)
+
+    def log(self, values: dict[str, Any], step: int | None = None,
+            log_kwargs: dict[str, dict[str, Any]] | None = None) -> None:
+        """Log ``values`` to every tracker (main process unless a tracker says otherwise)."""
+        self._tracker_group.log(values, step=step, log_kwargs=log_kwargs)
+
+    def get_tracker(self, name: str, unwrap: bool = False) -> Any:
+        """The tracker called ``name``; with ``unwrap``, the backend's own run object."""
+        return self._tracker_group.get(name, unwrap=unwrap)
+
+    def end_training(self) -> None:
+        """Call once training is over: finishes the trackers' runs (and other finishers)."""
+        for finish in self._end_training_hooks:
+            finish()
+
     # -- saving ------------------------------------------------------------------------------
     def save(self, obj: Any, f: Any, safe_serialization: bool = False) -> None:
         """Save ``obj`` to ``f`` from the main process only (others return at once).
@@ -299,6 +350,54 @@ class Accelerator:
             save_file(obj, f, metadata={"format": "pt"})
         else:
             torch.save(obj, f)
+
+    # -- checkpoints (logic in accel/checkpointing.py) -------------------------------------
+    @property
+    def project_dir(self) -> str | None:
+        return self.project_configuration.project_dir
+
+    @property
+    def logging_dir(self) -> str | None:
+        return self.project_configuration.logging_dir
+
+    @property
+    def save_iteration(self) -> int:
+        """Number of the next automatically named checkpoint."""
+        return self.project_configuration.iteration
+
+    def save_state(self, output_dir: Any = None, safe_serialization: bool = True,
+                   **save_model_func_kwargs: Any) -> str:
+        """Save models, optimizers, schedulers, dataloader positions, RNG states, ...
+
+        Crash-safe and verified (see accel_checkpoint); ``async_save=True`` writes in the
+        background. Call on every process.
+        """
+        return _ckpt.save_state(self, output_dir, safe_serialization, **save_model_func_kwargs)
+
+    def load_state(self, input_dir: Any = None, load_kwargs: Any = None,
+                   **load_model_func_kwargs: Any) -> None:
+        """Restore a checkpoint (default: the newest complete one with automatic naming)."""
+        _ckpt.load_state(self, input_dir, load_kwargs, **load_model_func_kwargs)
+
+    def register_for_checkpointing(self, *objects: Any) -> None:
+        _ckpt.register_for_checkpointing(self, *objects)
+
+    def register_save_state_pre_hook(self, hook: Callable[..., Any]) -> Any:
+        return _ckpt.register_save_state_pre_hook(self, hook)
+
+    def register_load_state_pre_hook(self, hook: Callable[..., Any]) -> Any:
+        return _ckpt.register_load_state_pre_hook(self, hook)
+
+    def save_model(self, model: torch.nn.Module, save_directory: Any,
+                   max_shard_size: int | str = "10GB", safe_serialization: bool = True) -> None:
+        _ckpt.save_model(self, model, save_directory, max_shard_size, safe_serialization)
+
+    def get_state_dict(self, model: torch.nn.Module, unwrap: bool = True) -> dict[str, Any]:
+        return _ckpt.get_state_dict(self, model, unwrap)
+
+    def wait_for_checkpoint(self) -> None:
+        """Block until an ``async_save`` is committed (``end_training`` does this too)."""
+        _ckpt.wait_for_checkpoint(self)
 
 
 def _preparation_rank(obj: Any) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from accel_precision import step_with_scaler
 from accel_state import GradientState, send_to_device
 
 __all__ = ["AcceleratedOptimizer", "move_to_device"]
@@ -30,6 +31,7 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         self.device_placement = device_placement
         self._is_overflow = False
         self._accelerate_step_called = False
+        self._precision: Any = None  # set by the Accelerator when its precision steps (fp16)
 
     # Delegated views of the wrapped optimizer -------------------------------------------------
     @property
@@ -78,6 +80,14 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         if not self.gradient_state.sync_gradients:
             return None
         self._accelerate_step_called = True
+        # -- mixed precision (accel/_precision.py): loss-scaled steps skip on inf/nan --
+        if self._precision is not None:
+            self._is_overflow = not self._precision.optimizer_step(self.optimizer, closure)
+            return None
+        if self.scaler is not None:  # a GradScaler given directly, as in Accelerate
+            self._is_overflow = not step_with_scaler(self.scaler, self.optimizer, closure)
+            self.scaler.update()
+            return None
         return self.optimizer.step(closure) if closure is not None else self.optimizer.step()
 
     @property

@@ -19,7 +19,41 @@ from accel_state.imports import __all__ as _imports_all
 from accel.utils.environment import *  # noqa: F403
 from accel.utils.environment import __all__ as _environment_all
 
+# -- accel-tracking: progress bars, tracker names and probes (accel.utils.tqdm, LoggerType) --
+from accel_tracking import LoggerType as LoggerType  # noqa: E402
+from accel_tracking import tqdm as tqdm  # noqa: E402
+from accel_tracking.probes import *  # noqa: E402,F403
+from accel_tracking.probes import __all__ as _tracking_probes_all  # noqa: E402
+
+_tracking_all = ["tqdm", "LoggerType", *_tracking_probes_all]
+
+# -- accel-precision: precision enums, kwargs handlers, fp8 helpers --
+from accel_precision import (  # noqa: E402
+    AORecipeKwargs as AORecipeKwargs,
+    AutocastKwargs as AutocastKwargs,
+    FP8BackendType as FP8BackendType,
+    FP8RecipeKwargs as FP8RecipeKwargs,
+    GradScalerKwargs as GradScalerKwargs,
+    PrecisionType as PrecisionType,
+    TERecipeKwargs as TERecipeKwargs,
+    contextual_fp8_autocast as contextual_fp8_autocast,
+    convert_model as convert_model,
+    convert_model_to_fp8_ao as convert_model_to_fp8_ao,
+    has_ao_layers as has_ao_layers,
+    has_transformer_engine_layers as has_transformer_engine_layers,
+)
+
+_precision_all = ["AORecipeKwargs", "AutocastKwargs", "FP8BackendType", "FP8RecipeKwargs",
+                  "GradScalerKwargs", "PrecisionType", "TERecipeKwargs", "contextual_fp8_autocast",
+                  "convert_model", "convert_model_to_fp8_ao", "has_ao_layers",
+                  "has_transformer_engine_layers"]
+
+# -- accel-data: the Accelerator's data options --
+from accel_data import DataLoaderConfiguration  # noqa: E402
+
 __all__ = [
+    "DataLoaderConfiguration",
     *_state_all, *_imports_all, *_environment_all, "DDPCommunicationHookType",
-    "DistributedDataParallelKwargs", "extract_model_from_parallel",
+    "DistributedDataParallelKwargs", "extract_model_from_parallel", *_tracking_all,
+    *_precision_all,
 ]

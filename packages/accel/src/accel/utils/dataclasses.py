@@ -14,7 +14,19 @@ from accel_state.kwargs import InitProcessGroupKwargs, KwargsHandler
 from accel_state.random import RNGType
 from accel_state.operations import TensorInformation
 
+# -- accel-precision --
+from accel_precision.kwargs import (  # noqa: E402
+    AORecipeKwargs,
+    AutocastKwargs,
+    FP8BackendType,
+    FP8RecipeKwargs,
+    GradScalerKwargs,
+    PrecisionType,
+    TERecipeKwargs,
+)
+
 __all__ = ["BaseEnum", "ComputeEnvironment", "DDPCommunicationHookType",
            "DistributedDataParallelKwargs", "DistributedType", "EnumWithContains",
            "InitProcessGroupKwargs", "KwargsHandler", "RNGType", "SageMakerDistributedType",
-           "TensorInformation"]
+           "TensorInformation", "AORecipeKwargs", "AutocastKwargs", "FP8BackendType",
+           "FP8RecipeKwargs", "GradScalerKwargs", "PrecisionType", "TERecipeKwargs"]

@@ -1,0 +1,36 @@
+"""File names of accel checkpoints and of Accelerate's on-disk weight layout.
+
+The weight names (``model.safetensors``, ``model.safetensors.index.json``, ...) are the
+Hugging Face ones so ``save_model`` output loads in transformers and friends; the
+Accelerate-era pickle names (``optimizer.bin``, ``random_states_{i}.pkl``) are kept as
+constants for scripts that import them, but accel never writes or reads those pickles.
+"""
+
+from __future__ import annotations
+
+#: Name and version of the manifest format written by this package.
+MANIFEST_NAME = "manifest.json"
+FORMAT_NAME = "accel-checkpoint"
+FORMAT_VERSION = 1
+#: Infix of the temporary sibling directory a save writes into before the atomic rename.
+TMP_INFIX = ".tmp-"
+#: Infix of the directory an overwritten checkpoint is parked in during the swap.
+OLD_INFIX = ".old-"
+
+SAFE_WEIGHTS_NAME = "model.safetensors"
+SAFE_WEIGHTS_INDEX_NAME = "model.safetensors.index.json"
+SAFE_WEIGHTS_PATTERN_NAME = "model{suffix}.safetensors"
+WEIGHTS_NAME = "pytorch_model.bin"
+WEIGHTS_INDEX_NAME = "pytorch_model.bin.index.json"
+WEIGHTS_PATTERN_NAME = "pytorch_model{suffix}.bin"
+MODEL_NAME = "pytorch_model"
+SAFE_MODEL_NAME = "model"
+OPTIMIZER_NAME = "optimizer"
+SCHEDULER_NAME = "scheduler"
+SAMPLER_NAME = "sampler"
+SCALER_NAME = "scaler.pt"
+RNG_STATE_NAME = "random_states"
+PROFILE_PATTERN_NAME = "profile_{suffix}.json"
+FSDP_MODEL_NAME = "pytorch_model_fsdp"
+DATALOADER_NAME = "dataloader"
+CUSTOM_NAME = "custom_checkpoint"

@@ -1,0 +1,169 @@
+"""The commit protocol of one save: snapshot, write into a staging directory, commit.
+
+1. snapshot: ``state_dict()`` of every object (rank 0 only: they are replicated), the
+   plain data, and this rank's RNG states; cloned to CPU when the write happens later.
+2. write: each part into ``<name>.tmp-<id>/`` as safetensors (tensors) + JSON (the rest),
+   every file fsynced and hashed as it is written.
+3. commit (rank 0, after every rank's files are in): ``manifest.json`` listing every file,
+   fsync the directory, rename it into place atomically, fsync the parent.
+
+A crash at any point before the rename leaves only the staging directory, which loading
+refuses and ``accel checkpoint list`` shows as partial; earlier checkpoints are untouched.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from accel_state import env
+from accel_state.random import capture_rng_state
+
+from accel_checkpoint.constants import MANIFEST_NAME, OLD_INFIX
+from accel_checkpoint.coordination import Peers, SaveRound
+from accel_checkpoint.errors import CheckpointError
+from accel_checkpoint.fileio import write_json, write_safetensors
+from accel_checkpoint.manifest import FileRecord, Manifest, fsync_dir, library_versions
+from accel_checkpoint.tree import flatten_state
+
+__all__ = ["Part", "snapshot", "write_parts", "run_save", "DATA_NAME", "rng_name", "check_name"]
+
+DATA_NAME = "_data"
+_RNG_PREFIX = "random_states_"
+_VALID_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,200}")
+
+
+def rng_name(rank: int) -> str:
+    return f"{_RNG_PREFIX}{rank}"
+
+
+def check_name(name: str) -> str:
+    """Object names become file names: refuse what could escape or clash."""
+    if (not isinstance(name, str) or not _VALID_NAME.fullmatch(name)
+            or name.startswith(_RNG_PREFIX) or name == MANIFEST_NAME.split(".")[0]):
+        raise CheckpointError(
+            f"Invalid checkpoint object name {name!r}: use letters, digits, '_', '.', '-' "
+            f"(starting with a letter or digit), not 'manifest' nor '{_RNG_PREFIX}*'.")
+    return name
+
+
+@dataclass
+class Part:
+    """One saved object: its JSON skeleton and its tensors."""
+
+    name: str
+    kind: str  # "state", "data" or "rng"
+    skeleton: Any
+    tensors: dict[str, Any]
+    flat: bool
+    rank: int | None = None
+
+
+def _part(name: str, kind: str, state: Any, copy: bool, rank: int | None = None) -> Part:
+    skeleton, tensors = flatten_state(state, copy=copy)
+    flat = bool(tensors) and len(tensors) == len(skeleton) and isinstance(skeleton, dict) and all(
+        isinstance(v, dict) and v.get("__tensor__") == k for k, v in skeleton.items())
+    return Part(name, kind, skeleton, tensors, flat, rank)
+
+
+def snapshot(objects: dict[str, Any], data: Any, rng: bool, peers: Peers,
+             copy: bool = False) -> list[Part]:
+    """What this rank writes. ``copy``: clone tensors to CPU (the write happens later)."""
+    parts: list[Part] = []
+    if peers.is_writer:
+        for name, obj in objects.items():
+            state = obj.state_dict() if hasattr(obj, "state_dict") else obj
+            parts.append(_part(check_name(name), "state", state, copy))
+        if data is not None:
+            parts.append(_part(DATA_NAME, "data", data, copy))
+    if rng:
+        parts.append(_part(rng_name(peers.rank), "rng", capture_rng_state(), False, peers.rank))
+    return parts
+
+
+def _test_delay() -> None:
+    delay = env.CHECKPOINT_TEST_DELAY.get()
+    if delay:
+        time.sleep(float(delay))
+
+
+def write_parts(staging: Path, parts: list[Part]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Write every part; return ``(files, objects)`` records for the manifest (JSON-ready)."""
+    files: dict[str, Any] = {}
+    objects: dict[str, Any] = {}
+    for part in parts:
+        entry: dict[str, Any] = {"kind": part.kind, "tensors": None, "json": None}
+        if part.rank is not None:
+            entry["rank"] = part.rank
+        if part.tensors:
+            name = f"{part.name}.safetensors"
+            record = write_safetensors(staging / name, part.tensors, {"format": "pt"})
+            files[name] = {"size": record.size, "sha256": record.sha256}
+            entry["tensors"] = name
+            _test_delay()
+        if not part.flat:
+            name = f"{part.name}.json"
+            record = write_json(staging / name, part.skeleton)
+            files[name] = {"size": record.size, "sha256": record.sha256}
+            entry["json"] = name
+        objects[part.name] = entry
+    return files, objects
+
+
+def _commit(staging: Path, final: Path, manifest: Manifest) -> None:
+    write_json(staging / MANIFEST_NAME, manifest.to_json())
+    fsync_dir(staging)
+    _test_delay()
+    parked = None
+    if final.exists():  # overwrite: park the old copy, swap, then delete it
+        parked = final.parent / f"{final.name}{OLD_INFIX}{uuid.uuid4().hex[:12]}"
+        os.replace(final, parked)
+    os.replace(staging, final)
+    fsync_dir(final.parent)
+    if parked is not None:
+        shutil.rmtree(parked, ignore_errors=True)
+
+
+def run_save(final: Path, parts: list[Part], peers: Peers, step: int | None,
+             metadata: dict[str, Any] | None) -> Path | None:
+    """Write and commit this rank's parts; every rank returns once the commit is done."""
+    round_ = SaveRound(final, peers)
+    if not peers.is_writer:
+        staging = round_.begin()
+        if staging is None:
+            return None
+        try:
+            files, objects = write_parts(staging, parts)
+        except BaseException as exc:
+            round_.publish({}, {}, error=exc)
+            raise
+        round_.publish(files, objects)
+        round_.wait_done()
+        return final
+    staging = None
+    try:
+        staging = round_.begin()
+        files, objects = write_parts(staging, parts)
+        ranks = [peers.rank] if any(p.kind == "rng" for p in parts) else []
+        for other_files, other_objects in round_.collect():
+            files.update(other_files)
+            objects.update(other_objects)
+            ranks += [e["rank"] for e in other_objects.values() if "rank" in e]
+        manifest = Manifest(
+            files={n: FileRecord(r["size"], r["sha256"]) for n, r in files.items()},
+            objects=objects, step=step, world_size=peers.world_size, ranks=sorted(ranks),
+            created_unix=time.time(), libraries=library_versions(), metadata=metadata or {})
+        _commit(staging, final, manifest)
+    except BaseException as exc:
+        round_.finish(error=exc)
+        if staging is not None and staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+        raise
+    round_.finish()
+    return final

@@ -1,0 +1,188 @@
+"""CheckpointManager from a plain PyTorch loop: exact resume, refusal of damaged
+checkpoints, rotation, asynchronous saves, and the `accel checkpoint` verbs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+
+import pytest
+import torch
+from accel_checkpoint import (
+    CheckpointError,
+    CheckpointManager,
+    CorruptCheckpointError,
+    list_checkpoints,
+    load_checkpoint,
+    save_checkpoint,
+    verify_checkpoint,
+)
+from accel_checkpoint.cli import register
+from accel_checkpoint.manifest import read_manifest
+from torch import nn
+
+
+def _setup(seed: int = 0):
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(8, 16), nn.Dropout(0.3), nn.Linear(16, 1))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.5)
+    return model, optimizer, scheduler
+
+
+def _train(model, optimizer, scheduler, steps):
+    for _ in range(steps):
+        x = torch.randn(4, 8)  # draws from the global RNG, like dropout
+        loss = model(x).pow(2).mean() + random.random() * 0
+        loss.backward()
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad()
+
+
+def _assert_same(a, b):
+    for (ka, va), (kb, vb) in zip(a.state_dict().items(), b.state_dict().items()):
+        assert ka == kb and torch.equal(va, vb), ka
+
+
+def test_plain_loop_resumes_bit_for_bit(tmp_path):
+    reference = _setup()
+    torch.manual_seed(1)
+    random.seed(1)
+    _train(*reference, steps=6)
+
+    first = _setup()
+    torch.manual_seed(1)
+    random.seed(1)
+    _train(*first, steps=3)
+    manager = CheckpointManager(tmp_path)
+    names = ("model", "optimizer", "scheduler")
+    manager.save(dict(zip(names, first)), step=3, data={"epoch": 0, "note": "mid"})
+    torch.manual_seed(123)  # the restarted process starts from other RNG states
+    random.seed(123)
+
+    resumed = _setup(seed=5)
+    loaded = manager.load(dict(zip(names, resumed)))
+    assert loaded.step == 3 and loaded.data == {"epoch": 0, "note": "mid"}
+    _train(*resumed, steps=3)
+    _assert_same(reference[0], resumed[0])
+    ref_opt, res_opt = reference[1].state_dict(), resumed[1].state_dict()
+    for index, values in ref_opt["state"].items():
+        for key, value in values.items():
+            assert torch.equal(value, res_opt["state"][index][key]), (index, key)
+    assert reference[2].state_dict() == resumed[2].state_dict()
+
+
+def test_layout_is_manifest_safetensors_and_json_without_pickles(tmp_path):
+    model, optimizer, scheduler = _setup()
+    _train(model, optimizer, scheduler, 1)
+    path = save_checkpoint(tmp_path / "ckpt", {"model": model, "optimizer": optimizer}, step=7)
+    names = sorted(p.name for p in path.iterdir())
+    assert names == ["manifest.json", "model.safetensors", "optimizer.json",
+                     "optimizer.safetensors", "random_states_0.json",
+                     "random_states_0.safetensors"]
+    manifest = json.loads((path / "manifest.json").read_text())
+    assert manifest["format_version"] == 1 and manifest["step"] == 7
+    assert manifest["world_size"] == 1 and "torch" in manifest["libraries"]
+    assert set(manifest["files"]) == set(names) - {"manifest.json"}
+    assert all(len(f["sha256"]) == 64 and f["size"] > 0 for f in manifest["files"].values())
+    assert not list(tmp_path.glob("*.tmp-*"))
+
+
+def test_flipped_byte_is_refused_naming_the_file_and_nothing_changes(tmp_path, capsys):
+    model, optimizer, scheduler = _setup()
+    _train(model, optimizer, scheduler, 1)
+    path = save_checkpoint(tmp_path / "ckpt", {"model": model, "optimizer": optimizer})
+    target = path / "optimizer.safetensors"
+    data = bytearray(target.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    target.write_bytes(bytes(data))
+    fresh, fresh_opt, _ = _setup(seed=9)
+    before = {k: v.clone() for k, v in fresh.state_dict().items()}
+    with pytest.raises(CorruptCheckpointError, match="optimizer.safetensors"):
+        load_checkpoint(path, {"model": fresh, "optimizer": fresh_opt})
+    assert all(torch.equal(before[k], v) for k, v in fresh.state_dict().items())
+    assert _cli("verify", str(path)) == 1
+    assert "optimizer.safetensors" in capsys.readouterr().err
+
+
+def test_partial_checkpoints_are_refused_and_latest_skips_them(tmp_path):
+    model, _, _ = _setup()
+    manager = CheckpointManager(tmp_path)
+    good = manager.save({"model": model}, step=1)
+    partial = manager.save({"model": model}, step=2)
+    (partial / "manifest.json").unlink()  # as if the save died before its commit
+    missing = manager.save({"model": model}, step=3)
+    (missing / "model.safetensors").unlink()
+    assert manager.latest() == good
+    with pytest.raises(CorruptCheckpointError, match="manifest.json"):
+        load_checkpoint(partial, {"model": model})
+    with pytest.raises(CorruptCheckpointError, match="model.safetensors"):
+        load_checkpoint(missing, {"model": model})
+    statuses = {i.path.name: i.status for i in list_checkpoints(tmp_path)}
+    assert statuses == {"checkpoint_1": "ok", "checkpoint_3": "corrupt"}  # no manifest: skipped
+    shutil.copytree(good, tmp_path / "checkpoint_9.tmp-abc")
+    (tmp_path / "checkpoint_9.tmp-abc" / "manifest.json").unlink()
+    assert {i.path.name: i.status for i in list_checkpoints(tmp_path)}["checkpoint_9.tmp-abc"] \
+        == "partial"
+
+
+def test_rotation_keeps_newest_verified_and_never_touches_other_dirs(tmp_path):
+    model, _, _ = _setup()
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "checkpoint_0.tmp-dead").mkdir()  # left by a crashed save
+    manager = CheckpointManager(tmp_path, total_limit=2)
+    for step in range(5):
+        manager.save({"model": model}, step=step)
+    assert [p.name for p in manager.checkpoints()] == ["checkpoint_3", "checkpoint_4"]
+    assert (tmp_path / "logs").is_dir() and (tmp_path / "checkpoint_0.tmp-dead").is_dir()
+    with pytest.raises(CheckpointError, match="total_limit"):
+        CheckpointManager(tmp_path, total_limit=0)
+
+
+def test_async_save_snapshots_state_and_commits_in_background(tmp_path):
+    model, optimizer, _ = _setup()
+    manager = CheckpointManager(tmp_path)
+    expected = {k: v.clone() for k, v in model.state_dict().items()}
+    pending = manager.save({"model": model}, step=1, async_save=True)
+    with torch.no_grad():  # training goes on while the files are written
+        for p in model.parameters():
+            p.add_(1.0)
+    path = pending.wait()
+    verify_checkpoint(path)
+    fresh, _, _ = _setup(seed=3)
+    manager.load({"model": fresh})
+    assert all(torch.equal(expected[k], v) for k, v in fresh.state_dict().items())
+
+
+def test_missing_object_and_bad_names_are_clear_errors(tmp_path):
+    model, optimizer, _ = _setup()
+    path = save_checkpoint(tmp_path / "c", {"model": model}, rng=False)
+    with pytest.raises(CheckpointError, match="no object named 'optimizer'.*model"):
+        load_checkpoint(path, {"model": model, "optimizer": optimizer})
+    with pytest.warns(UserWarning, match="no RNG state"):
+        load_checkpoint(path, {"model": model})
+    with pytest.raises(CheckpointError, match="Invalid checkpoint object name"):
+        save_checkpoint(tmp_path / "d", {"../evil": model})
+    assert read_manifest(path).objects["model"]["tensors"] == "model.safetensors"
+
+
+def _cli(*argv: str) -> int:
+    parser = argparse.ArgumentParser(prog="accel")
+    register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["checkpoint", *argv])
+    return args.func(args)
+
+
+def test_cli_verify_and_list(tmp_path, capsys):
+    model, _, _ = _setup()
+    manager = CheckpointManager(tmp_path)
+    one = manager.save({"model": model}, step=1)
+    assert _cli("verify", str(one)) == 0
+    assert "OK" in capsys.readouterr().out
+    (tmp_path / "checkpoint_2.tmp-x").mkdir()
+    assert _cli("list", str(tmp_path)) == 1  # a partial one is present
+    out = capsys.readouterr().out
+    assert "ok" in out and "partial" in out and "checkpoint_1" in out

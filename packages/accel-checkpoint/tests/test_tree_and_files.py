@@ -1,0 +1,84 @@
+"""State dicts round-trip through safetensors + JSON exactly, and the files are standard."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from accel_checkpoint.errors import CheckpointError, CorruptCheckpointError
+from accel_checkpoint.fileio import read_safetensors, write_safetensors
+from accel_checkpoint.manifest import FileRecord, hash_file
+from accel_checkpoint.tree import flatten_state, unflatten_state
+
+safetensors_torch = pytest.importorskip("safetensors.torch")
+
+
+def _roundtrip(state):
+    skeleton, tensors = flatten_state(state)
+    return unflatten_state(json.loads(json.dumps(skeleton)), tensors)
+
+
+def test_optimizer_like_tree_round_trips_with_int_keys_tuples_and_dtypes():
+    state = {"state": {0: {"step": torch.tensor(3.0), "exp_avg": torch.ones(2)}},
+             "param_groups": [{"lr": 0.1, "betas": (0.9, 0.999), "params": [0], "x": None}],
+             "dtype": torch.bfloat16, "nan": float("inf"), "__tensor__": "not a tag"}
+    back = _roundtrip(state)
+    assert set(back["state"]) == {0}
+    assert torch.equal(back["state"][0]["exp_avg"], torch.ones(2))
+    assert back["param_groups"] == state["param_groups"]
+    assert back["dtype"] is torch.bfloat16 and back["__tensor__"] == "not a tag"
+
+
+def test_flat_model_state_keeps_parameter_names():
+    model = torch.nn.Linear(3, 2)
+    skeleton, tensors = flatten_state(model.state_dict())
+    assert sorted(tensors) == ["bias", "weight"]
+
+
+def test_unsupported_value_is_refused_with_its_path():
+    with pytest.raises(CheckpointError, match="'a/b'"):
+        flatten_state({"a": {"b": object()}})
+
+
+def test_numpy_values_become_tensors_and_scalars():
+    np = pytest.importorskip("numpy")
+    back = _roundtrip({"arr": np.arange(3), "n": np.int64(4)})
+    assert torch.equal(back["arr"], torch.arange(3)) and back["n"] == 4
+
+
+def test_written_file_is_standard_safetensors_with_every_dtype(tmp_path):
+    tensors = {"f32": torch.randn(3, 5), "bf16": torch.randn(7).bfloat16(),
+               "u8": torch.arange(5, dtype=torch.uint8), "i64": torch.arange(3),
+               "b": torch.tensor([True, False, True]), "empty": torch.empty(0, 4),
+               "scalar": torch.tensor(2.5, dtype=torch.float64),
+               "strided": torch.arange(12.0).reshape(3, 4).t()}
+    record = write_safetensors(tmp_path / "x.safetensors", tensors, {"format": "pt"})
+    assert record == hash_file(tmp_path / "x.safetensors")
+    theirs = safetensors_torch.load_file(tmp_path / "x.safetensors")
+    ours, meta = read_safetensors(tmp_path / "x.safetensors", record)
+    assert meta == {"format": "pt"}
+    for name, tensor in tensors.items():
+        assert torch.equal(theirs[name], tensor) and torch.equal(ours[name], tensor), name
+        assert ours[name].dtype == tensor.dtype and ours[name].shape == tensor.shape
+
+
+def test_reader_accepts_files_written_by_safetensors(tmp_path):
+    tensors = {"a": torch.arange(3, dtype=torch.uint8), "b": torch.randn(4, dtype=torch.float64)}
+    safetensors_torch.save_file(tensors, tmp_path / "y.safetensors")
+    ours, _ = read_safetensors(tmp_path / "y.safetensors")
+    assert all(torch.equal(ours[k], v) for k, v in tensors.items())
+
+
+def test_reader_names_a_flipped_or_truncated_file(tmp_path):
+    path = tmp_path / "z.safetensors"
+    record = write_safetensors(path, {"w": torch.randn(100)})
+    data = bytearray(path.read_bytes())
+    data[-10] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(CorruptCheckpointError, match="sha256") as info:
+        read_safetensors(path, record)
+    assert info.value.path == str(path)
+    path.write_bytes(bytes(data[:-4]))
+    with pytest.raises(CorruptCheckpointError, match="size"):
+        read_safetensors(path, FileRecord(record.size, record.sha256))

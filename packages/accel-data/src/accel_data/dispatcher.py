@@ -1,0 +1,332 @@
+"""``DataLoaderDispatcher``: rank 0 reads the data, every rank receives its own part.
+
+For data that cannot be sharded by index on every rank (a stream that only one process
+should open, a dataset whose reads are expensive or not reproducible). Each step rank 0
+forms one *global batch* — ``num_processes`` batches of the loader, or one batch cut in
+``num_processes`` slices with ``split_batches`` — and sends it in two parts: the
+structure (nesting, shapes, dtypes, non-tensor leaves) with ``broadcast_object_list``,
+then the tensors packed into one flat buffer per dtype. So batches may change shape from
+step to step (variable sequence lengths), and a step costs ``1 + number of dtypes``
+collectives whatever the nesting.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from accel_state.operations import broadcast_object_list, ignorant_find_batch_size
+from accel_state.structures import honor_type, recursively_apply, send_to_device
+from torch.utils.data import IterableDataset
+
+from accel_data.loaders import _END, DataLoaderShard, UnsizedLoaderError
+from accel_data.samplers import SkipBatchSampler
+from accel_data.sharding import _check_split, _check_world
+
+__all__ = ["DataLoaderDispatcher", "slice_batch"]
+
+
+class _Slot:
+    """Stands for one tensor in a broadcast structure: its position in the layout."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+    def __getstate__(self) -> int:
+        return self.index
+
+    def __setstate__(self, state: int) -> None:
+        self.index = state
+
+
+@dataclass
+class _Step:
+    """What rank 0 broadcasts before the tensors of one global batch."""
+
+    skeletons: list[Any]  # one per rank: the part with tensors replaced by _Slot (None: no part)
+    layout: list[tuple[torch.dtype, tuple[int, ...]]]  # dtype and shape of every tensor
+    last: bool  # no step follows in this epoch
+    remainder: int  # real samples of this global batch when it was padded, else 0 (-1 unknown)
+
+
+def _is_leaf(value: Any) -> bool:
+    return not isinstance(value, (list, tuple, Mapping, torch.Tensor))
+
+
+def slice_batch(batch: Any, start: int, stop: int) -> Any:
+    """Rows ``start:stop`` of a collated batch: tensors along dim 0, lists of plain objects
+    (e.g. strings) as lists; dicts, tuples and namedtuples keep their type."""
+    if isinstance(batch, torch.Tensor):
+        return batch[start:stop]
+    if isinstance(batch, Mapping):
+        return type(batch)({k: slice_batch(v, start, stop) for k, v in batch.items()})
+    if isinstance(batch, (list, tuple)):
+        if batch and all(_is_leaf(item) for item in batch):
+            return batch[start:stop]
+        return honor_type(batch, (slice_batch(item, start, stop) for item in batch))
+    return batch
+
+
+def _batch_len(batch: Any) -> int:
+    """Rows of a collated batch (first tensor's dim 0, else a list of plain objects, else 1)."""
+    size = ignorant_find_batch_size(batch)
+    if size is not None:
+        return int(size)
+    if isinstance(batch, (list, tuple)) and batch and all(_is_leaf(i) for i in batch):
+        return len(batch)
+    if isinstance(batch, Mapping):
+        return next((_batch_len(v) for v in batch.values()), 1)
+    return 1
+
+
+def _wire_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.uint8 if dtype == torch.bool else dtype  # not every backend sends bool
+
+
+class DataLoaderDispatcher(DataLoaderShard):
+    """A prepared loader whose data is read on rank 0 only and sent to every rank.
+
+    Built like ``DataLoaderShard`` from the *original* loader's arguments: every rank
+    holds the same DataLoader, only rank 0 iterates it. ``split_batches=False``: each rank
+    gets one whole batch of the loader per step; ``True``: each batch is cut in
+    ``num_processes`` slices (``slice_fn(batch, start, stop)``, default
+    :func:`slice_batch`). With ``even_batches`` a short final step is completed with the
+    epoch's first parts (``remainder`` counts the real samples); without it, ranks with
+    no data in the final step stop one batch earlier. In both modes the parts of the
+    final step may differ in size (they are not re-cut).
+    """
+
+    def __init__(self, dataset: Any, split_batches: bool = False, skip_batches: int = 0, *,
+                 even_batches: bool = True, slice_fn: Callable[..., Any] | None = None,
+                 num_processes: int | None = None, process_index: int | None = None,
+                 **kwargs: Any) -> None:
+        super().__init__(dataset, **kwargs)
+        live = dist.is_available() and dist.is_initialized()
+        self.num_processes = num_processes if num_processes is not None else (
+            dist.get_world_size() if live else 1)
+        self.process_index = process_index if process_index is not None else (
+            dist.get_rank() if live else 0)
+        _check_world(self.num_processes, self.process_index)
+        self.split_batches = bool(split_batches)
+        self.even_batches = bool(even_batches)
+        self._pads = self.even_batches
+        self.slice_fn = slice_fn or slice_batch
+        if self.split_batches:
+            _check_split(self._loader_batch_size, self.num_processes, "DataLoaderDispatcher")
+        if skip_batches:
+            self.set_skip_batches(skip_batches)
+
+    # -- sizes -------------------------------------------------------------------------------
+    @property
+    def _loader_batch_size(self) -> int | None:
+        """Batch size of the wrapped loader (also when it was built from a batch_sampler)."""
+        if self.batch_size is not None:
+            return self.batch_size
+        return getattr(self.batch_sampler, "batch_size", None)
+
+    @property
+    def total_batch_size(self) -> int:
+        size = self._loader_batch_size or 1
+        return size if self.split_batches else size * self.num_processes
+
+    def _steps_per_epoch(self, base: int) -> tuple[int, bool]:
+        """Steps for ``base`` loader batches, and whether this rank lacks a final part."""
+        num, rank = self.num_processes, self.process_index
+        if self.split_batches:
+            if self.even_batches or not base:
+                return base, False
+            try:
+                size = self._loader_batch_size
+                source = self.dataset if isinstance(self.dataset, IterableDataset) \
+                    else self.batch_sampler.sampler  # type: ignore[union-attr]
+                last = len(source) % size  # type: ignore[arg-type,operator]
+            except (AttributeError, TypeError):
+                return base, False
+            return base, bool(last) and last <= rank * (size // num)
+        steps, rest = divmod(base, num)
+        if not rest or self.drop_last:
+            return steps, False
+        return steps + 1, not self.even_batches and rank >= rest
+
+    def __len__(self) -> int:
+        try:
+            base = super(DataLoaderShard, self).__len__()
+        except TypeError as error:
+            raise UnsizedLoaderError(
+                f"len() of this dispatched DataLoader is unknown: its dataset "
+                f"{type(self.dataset).__name__} has no __len__. Give it a __len__, or count "
+                "steps yourself (e.g. max_steps) instead of len(dataloader).") from error
+        steps, short = self._steps_per_epoch(base)
+        return max(steps - short - self._pending_skip(), 0)
+
+    # -- rank 0: reading -----------------------------------------------------------------------
+    def _open_base(self, skip: int) -> tuple[Iterator[Any], int]:
+        """Rank 0's iterator and how many global batches to read and drop after the first.
+
+        Map-style loaders skip on indices (the first global batch is still read: it is
+        the padding source of the epoch's end).
+        """
+        per_step = 1 if self.split_batches else self.num_processes
+        if skip <= 1 or isinstance(self.dataset, IterableDataset):
+            return super(DataLoaderShard, self).__iter__(), skip
+        base = self.batch_sampler if self._auto_collation else self.sampler
+        self.__dict__["_skip_sampler"] = SkipBatchSampler(base, (skip - 1) * per_step, per_step)
+        try:
+            iterator = super(DataLoaderShard, self).__iter__()
+        finally:
+            del self.__dict__["_skip_sampler"]
+        iterator._index_sampler = base
+        return iterator, 1
+
+    def _global_batches(self, iterator: Iterator[Any]) -> Iterator[list[Any]]:
+        """Rank 0: each step's parts, one per rank (``None`` where the data ran out)."""
+        num = self.num_processes
+        while True:
+            if self.split_batches:
+                batch = next(iterator, _END)
+                if batch is _END:
+                    return
+                width = self._loader_batch_size // num  # type: ignore[operator]
+                size = _batch_len(batch)
+                yield [self.slice_fn(batch, r * width, min((r + 1) * width, size))
+                       if r * width < size else None for r in range(num)]
+                continue
+            parts = list(itertools.islice((b for b in iterator), num))
+            if not parts or (len(parts) < num and self.drop_last):
+                return
+            yield parts + [None] * (num - len(parts))
+
+    def _plan(self, skip: int) -> Iterator[tuple[list[Any], bool, int]]:
+        """Rank 0: ``(parts, last, remainder)`` per step, the final one completed if even."""
+        iterator, discard = self._open_base(skip)
+        stream = self._global_batches(iterator)
+        first = next(stream, None)
+        if first is None:
+            return
+        head = [p for p in first if p is not None]
+        stream = itertools.chain([first], stream)
+        for _ in range(discard):
+            next(stream, None)
+        current = next(stream, None)
+        while current is not None:
+            upcoming = next(stream, None)
+            last = upcoming is None
+            remainder = -1 if self.drop_last else 0
+            missing = [r for r, p in enumerate(current) if p is None]
+            if last and missing and self.even_batches:
+                remainder = sum(_batch_len(p) for p in current if p is not None)
+                for offset, r in enumerate(missing):
+                    current[r] = head[offset % len(head)]
+            yield current, last, remainder
+            current = upcoming
+
+    # -- every rank: the exchange ------------------------------------------------------------------
+    def _wire_device(self) -> torch.device:
+        if dist.get_backend() == "gloo":
+            return torch.device("cpu")
+        if self.device is not None and self.device.type != "cpu":
+            return self.device
+        return torch.device("cuda", torch.cuda.current_device())
+
+    def _send(self, parts: list[Any], last: bool, remainder: int) -> list[Any]:
+        """Rank 0: broadcast one step; returns its own part."""
+        tensors: list[torch.Tensor] = []
+
+        def slot(tensor: torch.Tensor) -> _Slot:
+            tensors.append(tensor)
+            return _Slot(len(tensors) - 1)
+
+        skeletons = [None if p is None else recursively_apply(slot, p) for p in parts]
+        layout = [(t.dtype, tuple(t.shape)) for t in tensors]
+        broadcast_object_list([_Step(skeletons, layout, last, remainder)], from_process=0)
+        device = self._wire_device()
+        for dtype in dict.fromkeys(t.dtype for t in tensors):
+            flat = [t.reshape(-1) for t in tensors if t.dtype == dtype]
+            buffer = torch.cat(flat).to(device).view(_wire_dtype(dtype))
+            if buffer.numel():
+                dist.broadcast(buffer, src=0)
+        return parts[0]
+
+    def _receive(self) -> tuple[Any, _Step | None]:
+        """Other ranks: one step's meta and this rank's part (``None`` if it has none)."""
+        box: list[Any] = [None]
+        broadcast_object_list(box, from_process=0)
+        step = box[0]
+        if step is None:
+            return None, None
+        device = self._wire_device()
+        views: dict[int, torch.Tensor] = {}
+        for dtype in dict.fromkeys(dtype for dtype, _ in step.layout):
+            members = [(i, shape) for i, (d, shape) in enumerate(step.layout) if d == dtype]
+            sizes = [int(torch.Size(shape).numel()) for _, shape in members]
+            buffer = torch.empty(sum(sizes), dtype=_wire_dtype(dtype), device=device)
+            if buffer.numel():
+                dist.broadcast(buffer, src=0)
+            buffer = buffer.view(dtype)
+            for (index, shape), chunk in zip(members, buffer.split(sizes)):
+                views[index] = chunk.view(shape)
+        skeleton = step.skeletons[self.process_index]
+        if skeleton is None:
+            return None, step
+        part = recursively_apply(lambda s: views[s.index], skeleton,
+                                 test_type=lambda x: isinstance(x, _Slot))
+        if self.device is None and device.type != "cpu":
+            part = send_to_device(part, "cpu")
+        return part, step
+
+    def _steps(self, skip: int) -> Iterator[tuple[Any, bool, int]]:
+        """Every rank, in lockstep: ``(my part or None, last, remainder)`` per step."""
+        if self.process_index == 0:
+            plan = self._plan(skip)
+            for parts, last, remainder in plan:
+                yield self._send(parts, last, remainder), last, remainder
+                if last:
+                    return
+            broadcast_object_list([None], from_process=0)  # an empty epoch
+            return
+        while True:
+            part, step = self._receive()
+            if step is None:
+                return
+            yield part, step.last, step.remainder
+            if step.last:
+                return
+
+    def __iter__(self) -> Iterator[Any]:
+        self.set_epoch(self.iteration)
+        skip = self._pending_skip()
+        self.begin()
+        self._yielded = skip
+        final = [self.remainder]
+
+        def mine() -> Iterator[Any]:
+            for part, last, remainder in self._steps(skip):
+                if last:
+                    final[0] = remainder
+                if part is not None:
+                    yield part if self.device is None else send_to_device(
+                        part, self.device, self.non_blocking)
+
+        try:
+            parts = mine()
+            current = next(parts, _END)
+            if current is _END:
+                self._finish_pass()
+                return
+            for upcoming in parts:
+                self._yielded += 1
+                yield current
+                current = upcoming
+            self.remainder = final[0]
+            self.end_of_dataloader = True
+            self._yielded += 1
+            yield current
+            self._finish_pass()
+        finally:
+            self.end()

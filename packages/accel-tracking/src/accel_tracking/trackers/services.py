@@ -1,0 +1,247 @@
+"""Comet, Aim, ClearML, SwanLab and Trackio: thin adapters over each SDK's run object.
+
+These SDKs are not in the development environment; each tracker raises
+MissingDependencyError with its install line when started without its package.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from accel_tracking.base import GeneralTracker, as_number, on_main_process, skip_warning
+
+__all__ = ["CometMLTracker", "AimTracker", "ClearMLTracker", "SwanLabTracker", "TrackioTracker"]
+
+
+class CometMLTracker(GeneralTracker):
+    """Log to a Comet experiment (``comet_ml.start(project_name=run_name, **kwargs)``)."""
+
+    name = "comet_ml"
+    requires_logging_directory = False
+    package = "comet_ml"
+    extra = "comet-ml"
+
+    def __init__(self, run_name: str, **kwargs: Any) -> None:
+        super().__init__()
+        self.run_name = run_name
+        self.init_kwargs = kwargs
+        self.writer: Any = None
+
+    @property
+    def tracker(self) -> Any:
+        return self.writer
+
+    @on_main_process
+    def start(self) -> None:
+        comet_ml = self.require_sdk()
+        if hasattr(comet_ml, "start"):
+            self.writer = comet_ml.start(project_name=self.run_name, **self.init_kwargs)
+        else:  # comet_ml before 3.41
+            self.writer = comet_ml.Experiment(project_name=self.run_name, **self.init_kwargs)
+
+    @on_main_process
+    def store_init_configuration(self, values: dict[str, Any]) -> None:
+        self.writer.log_parameters(values)
+
+    @on_main_process
+    def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
+        """Numbers as metrics, strings as "other" values, dicts as grouped metrics."""
+        if step is not None:
+            self.writer.set_step(step)
+        for key, value in values.items():
+            number = as_number(value)
+            if number is not None:
+                self.writer.log_metric(key, number, step=step, **kwargs)
+            elif isinstance(value, str):
+                self.writer.log_other(key, value, **kwargs)
+            elif isinstance(value, dict):
+                self.writer.log_metrics(value, step=step, **kwargs)
+            else:
+                skip_warning(self.name, key, value, "Comet logs numbers, strings or dicts")
+
+    @on_main_process
+    def finish(self) -> None:
+        if self.writer is not None:
+            self.writer.end()
+
+
+class AimTracker(GeneralTracker):
+    """Log to an Aim run stored in the repository ``logging_dir``."""
+
+    name = "aim"
+    requires_logging_directory = True
+    package = "aim"
+
+    def __init__(self, run_name: str, logging_dir: str | os.PathLike[str] = ".",
+                 **kwargs: Any) -> None:
+        super().__init__()
+        self.run_name = run_name
+        self.logging_dir = os.fspath(logging_dir)
+        self.init_kwargs = kwargs
+        self.writer: Any = None
+
+    @property
+    def tracker(self) -> Any:
+        return self.writer
+
+    @on_main_process
+    def start(self) -> None:
+        aim = self.require_sdk()
+        self.writer = aim.Run(repo=self.logging_dir, **self.init_kwargs)
+        self.writer.name = self.run_name
+
+    @on_main_process
+    def store_init_configuration(self, values: dict[str, Any]) -> None:
+        self.writer["hparams"] = values
+
+    @on_main_process
+    def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
+        for key, value in values.items():
+            self.writer.track(value, name=key, step=step, **kwargs)
+
+    @on_main_process
+    def log_images(self, values: dict[str, Any], step: int | None = None,
+                   kwargs: dict[str, dict[str, Any]] | None = None) -> None:
+        """Each value is an image or ``(image, caption)``; ``kwargs``: ``aim_image``, ``track``."""
+        aim = self.require_sdk()
+        options = kwargs or {}
+        for key, value in values.items():
+            image, caption = value if isinstance(value, tuple) else (value, "")
+            picture = aim.Image(image, caption=caption, **options.get("aim_image", {}))
+            self.writer.track(picture, name=key, step=step, **options.get("track", {}))
+
+    @on_main_process
+    def finish(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+class ClearMLTracker(GeneralTracker):
+    """Log to a ClearML task (the current one when the script already runs inside a task)."""
+
+    name = "clearml"
+    requires_logging_directory = False
+    package = "clearml"
+    extra = "clearml"
+
+    def __init__(self, run_name: str | None = None, **kwargs: Any) -> None:
+        super().__init__()
+        self.run_name = run_name
+        self.init_kwargs = kwargs
+        self.task: Any = None
+        self._owns_task = False
+
+    @property
+    def tracker(self) -> Any:
+        return self.task
+
+    @on_main_process
+    def start(self) -> None:
+        task_class = self.require_sdk().Task
+        self.task = task_class.current_task()
+        if self.task is None:
+            kwargs = dict(self.init_kwargs)
+            kwargs.setdefault("project_name", self.run_name)
+            kwargs.setdefault("task_name", self.run_name)
+            self.task = task_class.init(**kwargs)
+            self._owns_task = True
+
+    @on_main_process
+    def store_init_configuration(self, values: dict[str, Any]) -> None:
+        self.task.connect_configuration(values)
+
+    @on_main_process
+    def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
+        """``title/series`` keys split into ClearML's title and series; no step -> single value."""
+        logger = self.task.get_logger()
+        for key, value in values.items():
+            number = as_number(value)
+            if number is None:
+                skip_warning(self.name, key, value, "ClearML scalars are numbers")
+                continue
+            if step is None:
+                logger.report_single_value(name=key, value=number, **kwargs)
+                continue
+            title, _, series = key.partition("/")
+            logger.report_scalar(title=title, series=series or title, value=number,
+                                 iteration=step, **kwargs)
+
+    @on_main_process
+    def log_images(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
+        logger = self.task.get_logger()
+        for key, image in values.items():
+            title, _, series = key.partition("/")
+            logger.report_image(title=title, series=series or title, iteration=step,
+                                image=image, **kwargs)
+
+    @on_main_process
+    def log_table(self, table_name: str, columns: list[str] | None = None,
+                  data: list[list[Any]] | None = None, dataframe: Any = None,
+                  step: int | None = None, **kwargs: Any) -> None:
+        """A table from a pandas ``dataframe`` or from ``columns`` + ``data`` rows."""
+        table = dataframe if dataframe is not None else [list(columns or []), *(data or [])]
+        title, _, series = table_name.partition("/")
+        self.task.get_logger().report_table(title=title, series=series or title,
+                                            iteration=step, table_plot=table, **kwargs)
+
+    @on_main_process
+    def finish(self) -> None:
+        if self.task is not None and self._owns_task:
+            self.task.close()
+
+
+class _ModuleRunTracker(GeneralTracker):
+    """SwanLab and Trackio share wandb's shape: ``init(project=...)``, ``log``, ``finish``."""
+
+    requires_logging_directory = False
+
+    def __init__(self, run_name: str, **kwargs: Any) -> None:
+        super().__init__()
+        self.run_name = run_name
+        self.init_kwargs = kwargs
+        self.run: Any = None
+
+    @property
+    def tracker(self) -> Any:
+        return self.run
+
+    @on_main_process
+    def start(self) -> None:
+        self.run = self.require_sdk().init(project=self.run_name, **self.init_kwargs)
+
+    @on_main_process
+    def store_init_configuration(self, values: dict[str, Any]) -> None:
+        config = getattr(self.run, "config", None)
+        if config is None:
+            config = self.require_sdk().config
+        config.update(values)
+
+    @on_main_process
+    def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
+        self.require_sdk().log(values, step=step, **kwargs)
+
+    @on_main_process
+    def finish(self) -> None:
+        if self.run is not None:
+            self.require_sdk().finish()
+
+
+class SwanLabTracker(_ModuleRunTracker):
+    """Log to a SwanLab experiment (``swanlab.init(project=run_name, **kwargs)``)."""
+
+    name = "swanlab"
+    package = "swanlab"
+
+    @on_main_process
+    def log_images(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
+        swanlab = self.require_sdk()
+        swanlab.log({key: [swanlab.Image(image) for image in images]
+                     for key, images in values.items()}, step=step, **kwargs)
+
+
+class TrackioTracker(_ModuleRunTracker):
+    """Log to a Trackio project (``trackio.init(project=run_name, **kwargs)``), local by default."""
+
+    name = "trackio"
+    package = "trackio"

@@ -1,0 +1,111 @@
+"""The ``Accelerator``'s data side: its ``DataLoaderConfiguration`` and the methods on it.
+
+Kept out of ``accelerator.py`` (a mixin) so the data options, ``gather_for_metrics`` and
+``skip_first_batches`` live next to each other and next to ``accel_data``.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import torch
+from accel_data import DataLoaderConfiguration
+from accel_data import gather_for_metrics as _gather_for_metrics
+from accel_data import prepare_data_loader as _prepare
+from accel_data import skip_first_batches as _skip_first_batches
+from accel_state.errors import ConfigurationError
+
+__all__ = ["DataMixin", "UNSET", "resolve_dataloader_config"]
+
+UNSET: Any = object()  # "argument not given", distinct from every value a user could pass
+
+
+def resolve_dataloader_config(split_batches: Any = UNSET,
+                              dataloader_config: DataLoaderConfiguration | None = None
+                              ) -> DataLoaderConfiguration:
+    """One ``DataLoaderConfiguration`` from ``Accelerator``'s arguments.
+
+    The top-level ``split_batches=`` is deprecated (``FutureWarning``); giving it together
+    with ``dataloader_config`` is an error, since one of the two would be silently ignored.
+    """
+    if dataloader_config is not None and not isinstance(dataloader_config,
+                                                        DataLoaderConfiguration):
+        raise ConfigurationError(
+            f"dataloader_config must be a DataLoaderConfiguration, got "
+            f"{type(dataloader_config).__name__}; build one with "
+            "accel.DataLoaderConfiguration(split_batches=..., even_batches=..., ...).")
+    if split_batches is UNSET:
+        return dataloader_config if dataloader_config is not None else DataLoaderConfiguration()
+    if dataloader_config is not None:
+        raise ConfigurationError(
+            f"Accelerator got both split_batches={split_batches!r} and dataloader_config="
+            f"{dataloader_config!r}; pass only dataloader_config=DataLoaderConfiguration("
+            "split_batches=...).")
+    warnings.warn(
+        "Accelerator(split_batches=...) is deprecated; pass dataloader_config="
+        "DataLoaderConfiguration(split_batches=...) instead.", FutureWarning, stacklevel=3)
+    return DataLoaderConfiguration(split_batches=split_batches)
+
+
+class DataMixin:
+    """Data options and data methods of ``Accelerator`` (expects ``_dataloader_config``)."""
+
+    _dataloader_config: DataLoaderConfiguration
+
+    @property
+    def dataloader_config(self) -> DataLoaderConfiguration:
+        return self._dataloader_config
+
+    @property
+    def split_batches(self) -> bool:
+        return self._dataloader_config.split_batches
+
+    @property
+    def dispatch_batches(self) -> bool | None:
+        return self._dataloader_config.dispatch_batches
+
+    @property
+    def even_batches(self) -> bool:
+        return self._dataloader_config.even_batches
+
+    @even_batches.setter
+    def even_batches(self, value: bool) -> None:
+        self._dataloader_config.even_batches = value
+
+    @property
+    def use_seedable_sampler(self) -> bool:
+        return self._dataloader_config.use_seedable_sampler
+
+    @property
+    def non_blocking(self) -> bool:
+        return self._dataloader_config.non_blocking
+
+    @property
+    def use_stateful_dataloader(self) -> bool:
+        return self._dataloader_config.use_stateful_dataloader
+
+    def _shard_loader(self, data_loader: torch.utils.data.DataLoader, placement: bool,
+                      slice_fn_for_dispatch: Any = None) -> Any:
+        """``accel_data.prepare_data_loader`` with this accelerator's world and options."""
+        return _prepare(data_loader, device=self.device,  # type: ignore[attr-defined]
+                        num_processes=self.num_processes,  # type: ignore[attr-defined]
+                        process_index=self.process_index,  # type: ignore[attr-defined]
+                        put_on_device=placement, slice_fn_for_dispatch=slice_fn_for_dispatch,
+                        **self._dataloader_config.to_kwargs())
+
+    def gather_for_metrics(self, input_data: Any, use_gather_object: bool = False) -> Any:
+        """Gather from every process, dropping the last batch's padding samples.
+
+        Over an epoch of a prepared loader (map-style, sized, ``even_batches`` on) the
+        gathered rows are exactly the dataset's, in order. See docs/data.md for
+        ``even_batches=False``.
+        """
+        return _gather_for_metrics(input_data, use_gather_object=use_gather_object)
+
+    def skip_first_batches(self, dataloader: Any, num_batches: int = 0) -> Any:
+        """The rest of ``dataloader``'s current epoch after ``num_batches`` batches.
+
+        Only that epoch is shortened; map-style loaders skip without reading the samples.
+        """
+        return _skip_first_batches(dataloader, num_batches)

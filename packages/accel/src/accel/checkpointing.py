@@ -1,0 +1,286 @@
+"""``Accelerator.save_state``/``load_state`` and friends, on top of accel-checkpoint.
+
+Also Accelerate's ``accelerate.checkpointing`` module path: ``save_accelerator_state``,
+``load_accelerator_state``, ``save_custom_state``, ``load_custom_state``. The Accelerator
+methods are thin delegations to the functions here, which take the accelerator first.
+
+A checkpoint holds: each prepared model's unwrapped weights (``model.safetensors``,
+``model_1.safetensors``, ...), optimizers, schedulers, the grad scaler, the position of
+every prepared dataloader that is ``Stateful`` (accel-data's are; found by duck typing,
+accel-data is never imported), ``register_for_checkpointing`` objects, the step, and
+every rank's RNG states. Tensors are in safetensors, the rest JSON; nothing is pickled.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import re
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+from accel_checkpoint.errors import CheckpointError
+from accel_checkpoint.fileio import read_json, read_safetensors, write_json, write_safetensors
+from accel_checkpoint.manager import (
+    PendingSave,
+    load_checkpoint,
+    rotate_checkpoints,
+    save_checkpoint,
+    wait_for_pending_saves,
+)
+from accel_checkpoint.manifest import latest_checkpoint, read_manifest
+from accel_checkpoint.project import CHECKPOINT_PATTERN, ProjectConfiguration
+from accel_checkpoint.tree import flatten_state, unflatten_state
+from accel_checkpoint.weights import load_checkpoint_in_model, save_model_weights
+from accel_state import PartialState
+from accel_state.errors import ConfigurationError
+from accel_state.protocols import Stateful
+from torch.utils.hooks import RemovableHandle
+
+__all__ = ["ProjectConfiguration", "save_accelerator_state", "load_accelerator_state",
+           "save_custom_state", "load_custom_state", "load_checkpoint_in_model",
+           "init_checkpointing", "save_state", "load_state", "register_for_checkpointing",
+           "register_save_state_pre_hook", "register_load_state_pre_hook", "save_model",
+           "get_state_dict", "wait_for_checkpoint"]
+
+_AUTO_NAME = re.compile(r"checkpoint_(\d+)")
+
+
+def _indexed(base: str, i: int) -> str:
+    return base if i == 0 else f"{base}_{i}"
+
+
+def _shared_objects(model_states: list[Any], optimizers: list[Any], schedulers: list[Any],
+                    dataloaders: list[Any], scaler: Any = None,
+                    custom: list[Any] | None = None) -> dict[str, Any]:
+    """The name -> object (or state dict) map of a save; names match on load."""
+    objects: dict[str, Any] = {}
+    objects.update({_indexed("model", i): s for i, s in enumerate(model_states)})
+    objects.update({_indexed("optimizer", i): o for i, o in enumerate(optimizers)})
+    objects.update({_indexed("scheduler", i): s for i, s in enumerate(schedulers)})
+    objects.update({_indexed("dataloader", i): d for i, d in enumerate(dataloaders)
+                    if isinstance(d, Stateful)})
+    if scaler is not None:
+        objects["scaler"] = scaler
+    objects.update({f"custom_checkpoint_{i}": o for i, o in enumerate(custom or [])})
+    return objects
+
+
+class _ModelSlot:
+    """Loads a state dict into the unwrapped model (DDP, compile wrappers stripped)."""
+
+    def __init__(self, model: torch.nn.Module, strict: bool) -> None:
+        self.model, self.strict = model, strict
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        from accel_parallel import extract_model_from_parallel
+
+        extract_model_from_parallel(self.model).load_state_dict(state, strict=self.strict)
+
+
+# -- Accelerate's functional layer ------------------------------------------------------------
+def save_accelerator_state(output_dir: str | os.PathLike[str], model_states: list[Any],
+                           optimizers: list[Any], schedulers: list[Any], dataloaders: list[Any],
+                           process_index: int, step: int, scaler: Any = None,
+                           save_on_each_node: bool = False, safe_serialization: bool = True,
+                           ) -> Path | None:
+    """Save models' state dicts, optimizers, schedulers, dataloaders, scaler, step, RNG."""
+    objects = _shared_objects(model_states, optimizers, schedulers, dataloaders, scaler)
+    result = save_checkpoint(output_dir, objects, data={"step": step}, step=step)
+    return result if not isinstance(result, PendingSave) else result.wait()
+
+
+def load_accelerator_state(input_dir: str | os.PathLike[str], models: list[Any],
+                           optimizers: list[Any], schedulers: list[Any], dataloaders: list[Any],
+                           process_index: int, scaler: Any = None, map_location: Any = None,
+                           **load_model_func_kwargs: Any) -> dict[str, Any]:
+    """Inverse of :func:`save_accelerator_state`; returns ``{"step": ...}`` to apply."""
+    strict = load_model_func_kwargs.get("strict", True)
+    models = [_ModelSlot(m, strict) for m in models]
+    objects = _shared_objects(models, optimizers, schedulers, [], scaler)
+    objects.update(_saved_dataloaders(input_dir, dataloaders))
+    loaded = load_checkpoint(input_dir, objects)
+    data = loaded.data or {}
+    return {"step": data.get("step", loaded.step or 0)}
+
+
+def _saved_dataloaders(path: str | os.PathLike[str], dataloaders: list[Any]) -> dict[str, Any]:
+    saved = read_manifest(path).objects
+    found = {}
+    for i, loader in enumerate(dataloaders):
+        name = _indexed("dataloader", i)
+        if name in saved and isinstance(loader, Stateful):
+            found[name] = loader
+        elif isinstance(loader, Stateful):
+            warnings.warn(f"{path} has no position for dataloader {i}; it starts from the "
+                          "beginning of its epoch.", stacklevel=3)
+    return found
+
+
+def save_custom_state(obj: Any, path: str | os.PathLike[str], index: int = 0,
+                      save_on_each_node: bool = False) -> None:
+    """Write ``obj.state_dict()`` as ``custom_checkpoint_{index}.{safetensors,json}`` in ``path``."""
+    state = PartialState()
+    if not (state.is_local_main_process if save_on_each_node else state.is_main_process):
+        return
+    skeleton, tensors = flatten_state(obj.state_dict())
+    base = Path(path) / f"custom_checkpoint_{index}"
+    write_safetensors(base.with_suffix(".safetensors"), tensors)
+    write_json(base.with_suffix(".json"), skeleton)
+
+
+def load_custom_state(obj: Any, path: str | os.PathLike[str], index: int = 0) -> None:
+    """Inverse of :func:`save_custom_state`."""
+    base = Path(path) / f"custom_checkpoint_{index}"
+    tensors, _ = read_safetensors(base.with_suffix(".safetensors"))
+    obj.load_state_dict(unflatten_state(read_json(base.with_suffix(".json")), tensors))
+
+
+# -- the Accelerator methods -----------------------------------------------------------------
+def init_checkpointing(accelerator: Any, project_dir: str | os.PathLike[str] | None,
+                       project_config: ProjectConfiguration | None) -> None:
+    """Called by ``Accelerator.__init__``: project configuration and hook registries."""
+    config = project_config if project_config is not None else ProjectConfiguration()
+    if not isinstance(config, ProjectConfiguration):
+        raise ConfigurationError(f"project_config must be a ProjectConfiguration, got "
+                                 f"{type(config).__name__}.")
+    if project_dir is not None and config.project_dir is None:
+        config.set_directories(project_dir)
+    accelerator.project_configuration = config
+    accelerator._save_model_state_pre_hook = collections.OrderedDict()
+    accelerator._load_model_state_pre_hook = collections.OrderedDict()
+    accelerator._pending_checkpoint = None
+
+
+def wait_for_checkpoint(accelerator: Any) -> None:
+    """Block until the accelerator's asynchronous save (if any) is committed."""
+    pending, accelerator._pending_checkpoint = getattr(accelerator, "_pending_checkpoint",
+                                                       None), None
+    if pending is not None:
+        pending.wait()
+    wait_for_pending_saves()
+
+
+def _output_dir(accelerator: Any, output_dir: str | os.PathLike[str] | None) -> Path:
+    config = accelerator.project_configuration
+    if config.automatic_checkpoint_naming:
+        target = config.checkpoints_dir / f"checkpoint_{config.iteration}"
+        if target.exists():
+            raise ConfigurationError(
+                f"Checkpoint directory {target} ({config.iteration}) already exists. Call "
+                "accelerator.load_state() first to resume (it continues the numbering), or set "
+                "accelerator.project_configuration.iteration to the next free number.")
+        return target
+    if output_dir is None:
+        raise ConfigurationError("save_state() needs output_dir, or "
+                                 "ProjectConfiguration(automatic_checkpoint_naming=True).")
+    return Path(output_dir)
+
+
+def save_state(accelerator: Any, output_dir: str | os.PathLike[str] | None = None,
+               safe_serialization: bool = True, async_save: bool = False,
+               **save_model_func_kwargs: Any) -> str:
+    """Save everything needed to resume bit for bit; return the checkpoint path.
+
+    Call it on every process. Tensors always go to safetensors (``safe_serialization`` is
+    accepted for compatibility; accel never writes pickles). ``async_save=True`` returns
+    once the state is copied to CPU memory and commits in the background.
+    """
+    wait_for_checkpoint(accelerator)
+    target = _output_dir(accelerator, output_dir)
+    config = accelerator.project_configuration
+    weights = [get_state_dict(accelerator, m) for m in accelerator._models]
+    for hook in accelerator._save_model_state_pre_hook.values():
+        hook(accelerator._models, weights, str(target))
+    objects = _shared_objects(weights, accelerator._optimizers, accelerator._schedulers,
+                              accelerator._dataloaders, _scaler(accelerator),
+                              accelerator._custom_objects)
+    on_commit = None
+    if config.automatic_checkpoint_naming and config.total_limit is not None:
+        def on_commit(path: Path) -> None:
+            rotate_checkpoints(path.parent, config.total_limit, CHECKPOINT_PATTERN, protect=path)
+    result = save_checkpoint(target, objects, data={"step": accelerator.step},
+                             step=accelerator.step, async_save=async_save, on_commit=on_commit)
+    if isinstance(result, PendingSave):
+        accelerator._pending_checkpoint = result
+    config.iteration += 1
+    return str(target)
+
+
+def _scaler(accelerator: Any) -> Any:
+    scaler = getattr(accelerator, "scaler", None)
+    return scaler if isinstance(scaler, Stateful) else None
+
+
+def load_state(accelerator: Any, input_dir: str | os.PathLike[str] | None = None,
+               load_kwargs: dict[str, Any] | None = None, **load_model_func_kwargs: Any) -> None:
+    """Restore a checkpoint written by :func:`save_state` (default: the newest complete one).
+
+    With automatic naming, later saves continue the numbering after the loaded checkpoint.
+    """
+    wait_for_checkpoint(accelerator)
+    config = accelerator.project_configuration
+    if input_dir is None:
+        if not config.automatic_checkpoint_naming:
+            raise ConfigurationError("load_state() needs input_dir, or "
+                                     "ProjectConfiguration(automatic_checkpoint_naming=True).")
+        input_dir = latest_checkpoint(config.checkpoints_dir, pattern=CHECKPOINT_PATTERN)
+        if input_dir is None:
+            raise CheckpointError(f"No complete checkpoint in {config.checkpoints_dir} to load.")
+    input_dir = Path(input_dir)
+    models = list(accelerator._models)
+    for hook in accelerator._load_model_state_pre_hook.values():
+        hook(models, str(input_dir))
+    strict = load_model_func_kwargs.get("strict", True)
+    objects = _shared_objects([_ModelSlot(m, strict) for m in models], accelerator._optimizers,
+                              accelerator._schedulers, [], _scaler(accelerator),
+                              accelerator._custom_objects)
+    objects.update(_saved_dataloaders(input_dir, accelerator._dataloaders))
+    loaded = load_checkpoint(input_dir, objects)
+    accelerator.step = int((loaded.data or {}).get("step", loaded.step or 0))
+    match = _AUTO_NAME.fullmatch(input_dir.name)
+    if config.automatic_checkpoint_naming and match:
+        config.iteration = int(match.group(1)) + 1
+
+
+def register_for_checkpointing(accelerator: Any, *objects: Any) -> None:
+    """Add objects (with ``state_dict``/``load_state_dict``) to every save and load."""
+    bad = [f"item {i} ({type(o).__name__})" for i, o in enumerate(objects)
+           if not isinstance(o, Stateful)]
+    if bad:
+        raise ConfigurationError("register_for_checkpointing needs objects with state_dict() "
+                                 f"and load_state_dict(); these have not: {', '.join(bad)}.")
+    accelerator._custom_objects.extend(objects)
+
+
+def register_save_state_pre_hook(accelerator: Any, hook: Any) -> RemovableHandle:
+    """``hook(models, weights, output_dir)`` runs before saving; it may edit ``weights``."""
+    handle = RemovableHandle(accelerator._save_model_state_pre_hook)
+    accelerator._save_model_state_pre_hook[handle.id] = hook
+    return handle
+
+
+def register_load_state_pre_hook(accelerator: Any, hook: Any) -> RemovableHandle:
+    """``hook(models, input_dir)`` runs before loading; it may remove ``models`` entries."""
+    handle = RemovableHandle(accelerator._load_model_state_pre_hook)
+    accelerator._load_model_state_pre_hook[handle.id] = hook
+    return handle
+
+
+def get_state_dict(accelerator: Any, model: torch.nn.Module, unwrap: bool = True
+                   ) -> dict[str, torch.Tensor]:
+    """The model's full state dict (of the unwrapped model by default)."""
+    if unwrap:
+        model = accelerator.unwrap_model(model)
+    return model.state_dict()
+
+
+def save_model(accelerator: Any, model: torch.nn.Module, save_directory: str | os.PathLike[str],
+               max_shard_size: int | str = "10GB", safe_serialization: bool = True) -> None:
+    """Write the unwrapped weights (main process only): one file or shards + index."""
+    state_dict = get_state_dict(accelerator, model)
+    if accelerator.is_main_process:
+        save_model_weights(state_dict, save_directory, max_shard_size=max_shard_size,
+                           safe_serialization=safe_serialization)

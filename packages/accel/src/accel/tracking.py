@@ -1,0 +1,92 @@
+"""Accelerate's ``accelerate.tracking`` path, and the tracking half of the ``Accelerator``.
+
+The names are the very objects of accel-tracking. The functions below hold what the
+Accelerator's ``init_trackers`` / ``log`` / ``get_tracker`` / ``end_training`` do, so
+``accelerator.py`` keeps one-line methods.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from accel_state.errors import ConfigurationError
+from accel_tracking import (
+    TRACKERS,
+    AimTracker,
+    ClearMLTracker,
+    CometMLTracker,
+    DVCLiveTracker,
+    GeneralTracker,
+    LoggerType,
+    MLflowTracker,
+    SwanLabTracker,
+    TensorBoardTracker,
+    TrackerFailureWarning,
+    TrackerGroup,
+    TrackioTracker,
+    WandBTracker,
+    build_trackers,
+    filter_trackers,
+    get_available_trackers,
+    on_main_process,
+    register_tracker_class,
+)
+
+if TYPE_CHECKING:
+    from accel.accelerator import Accelerator
+
+__all__ = [
+    "GeneralTracker", "on_main_process", "filter_trackers", "get_available_trackers",
+    "register_tracker_class", "LoggerType", "TRACKERS", "LOGGER_TYPE_TO_CLASS",
+    "TensorBoardTracker", "WandBTracker", "MLflowTracker", "CometMLTracker", "AimTracker",
+    "ClearMLTracker", "DVCLiveTracker", "SwanLabTracker", "TrackioTracker",
+    "TrackerFailureWarning",
+]
+
+#: Accelerate's name -> built-in tracker class table.
+LOGGER_TYPE_TO_CLASS: dict[str, type[GeneralTracker]] = {
+    cls.name: cls for cls in (AimTracker, CometMLTracker, TensorBoardTracker, WandBTracker,
+                              ClearMLTracker, MLflowTracker, DVCLiveTracker, SwanLabTracker,
+                              TrackioTracker)
+}
+
+
+def logging_dir_of(accelerator: Accelerator) -> str | os.PathLike[str] | None:
+    """The logging directory from the project configuration (None when no project dir is set)."""
+    return getattr(accelerator, "logging_dir", None)
+
+
+def setup_tracking(accelerator: Accelerator, log_with: Any) -> None:
+    """Validate ``log_with`` at construction (unknown names and missing SDKs fail early)."""
+    accelerator.log_with = filter_trackers(log_with, logging_dir_of(accelerator))
+    accelerator._tracker_group = _group(accelerator, [], strict=None)
+
+
+def _group(accelerator: Accelerator, trackers: list[GeneralTracker],
+           strict: bool | None) -> TrackerGroup:
+    return TrackerGroup(trackers, strict=strict,
+                        is_main_process=lambda: accelerator.is_main_process)
+
+
+def init_trackers(accelerator: Accelerator, project_name: str,
+                  config: Mapping[str, Any] | None = None,
+                  init_kwargs: Mapping[str, Mapping[str, Any]] | None = None,
+                  strict: bool | None = None) -> None:
+    """Build the trackers of ``log_with``, start them (main process) and store ``config``."""
+    current = accelerator._tracker_group
+    if current.trackers and not current.finished:
+        raise ConfigurationError(
+            "init_trackers() was already called for this Accelerator: one run per job. Call "
+            "end_training() first to finish the current run before starting another.")
+    trackers = build_trackers(accelerator.log_with, project_name,
+                              logging_dir_of(accelerator), init_kwargs)
+    group = _group(accelerator, trackers, strict)
+    accelerator._tracker_group = group
+    group.start(None if config is None else dict(config))
+
+
+def end_tracking(accelerator: Accelerator) -> None:
+    """Finish every tracker once (they stay in ``trackers``); ``init_trackers`` may start anew."""
+    accelerator._tracker_group.finish()

@@ -1,0 +1,14 @@
+"""Accelerate's ``accelerate.utils.ao`` path: torchao fp8 helpers from accel-precision."""
+
+from __future__ import annotations
+
+from accel_precision.ao import (
+    convert_model_to_fp8_ao,
+    default_module_filter,
+    filter_linear_layers,
+    find_first_last_linear_layers,
+    has_ao_layers,
+)
+
+__all__ = ["convert_model_to_fp8_ao", "default_module_filter", "filter_linear_layers",
+           "find_first_last_linear_layers", "has_ao_layers"]

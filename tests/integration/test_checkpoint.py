@@ -1,0 +1,135 @@
+"""Checkpoints through the Accelerator: exact resume in 1 and 2 processes, crash safety
+(SIGKILL during save_state at several points), corruption named by load_state and by
+`accel checkpoint verify`, rotation, main-process-only saves, async saves."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.multiprocess
+
+
+def _explain(proc) -> str:
+    return f"exit {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
+
+
+def test_exact_resume_in_one_process(launch, scripts, tmp_path):
+    proc = launch("--cpu", "--num_processes", "1", str(scripts / "checkpoint_resume.py"),
+                  str(tmp_path))
+    assert proc.returncode == 0, _explain(proc)
+    assert "RESUME rank=0 exact=True" in proc.stdout, _explain(proc)
+    # total_limit=2: checkpoint_0 rotated away once checkpoint_2 was committed; a restarted
+    # job's load_state() continued the numbering (no "already exists" error).
+    assert json.loads((tmp_path / "result.json").read_text())["checkpoints"] == [
+        "checkpoint_1", "checkpoint_2"]
+
+
+def test_exact_resume_in_two_processes_with_async_save_and_main_only_save(launch, scripts,
+                                                                         tmp_path):
+    proc = launch("--cpu", "--num_processes", "2", str(scripts / "checkpoint_resume.py"),
+                  str(tmp_path), "--async-save")
+    assert proc.returncode == 0, _explain(proc)
+    for rank in (0, 1):
+        assert f"RESUME rank={rank} exact=True" in proc.stdout, _explain(proc)
+        assert f"MAIN-ONLY-DONE rank={rank}" in proc.stdout, _explain(proc)
+    assert "MAIN-ONLY ranks=[0]" in proc.stdout, _explain(proc)
+    manifest = json.loads((tmp_path / "checkpoints" / "checkpoint_2" / "manifest.json")
+                          .read_text())
+    assert manifest["world_size"] == 2 and manifest["ranks"] == [0, 1]
+    assert {"random_states_0.safetensors", "random_states_1.safetensors"} <= set(
+        manifest["files"])
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("ACCEL_", "ACCELERATE_")) and k not in ("RANK", "WORLD_SIZE")}
+    return {**env, "PYTHONUNBUFFERED": "1", **extra}
+
+
+def _tree(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _run(script: Path, work: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(script), str(work)], env=_env(**env),
+                          capture_output=True, text=True, timeout=120)
+
+
+def _kill_when(script: Path, work: Path, ready) -> None:
+    """Start a save with pauses between files; SIGKILL it once ``ready(staging)`` holds."""
+    old = set((work / "checkpoints").glob("checkpoint_1.tmp-*"))
+    proc = subprocess.Popen([sys.executable, str(script), str(work)],
+                            env=_env(ACCEL_CHECKPOINT_TEST_DELAY="1"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 90
+    try:
+        while time.monotonic() < deadline:
+            staging = [p for p in (work / "checkpoints").glob("checkpoint_1.tmp-*")
+                       if p not in old]
+            if staging and ready(staging[-1]):
+                proc.send_signal(signal.SIGKILL)
+                break
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.005)
+        else:
+            pytest.fail("the save never reached the kill point")
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_sigkill_during_save_keeps_previous_checkpoint_and_refuses_partial(scripts, tmp_path):
+    script = scripts / "checkpoint_crash.py"
+    first = _run(script, tmp_path)
+    assert first.returncode == 0 and "SAVED" in first.stdout, _explain(first)
+    before = _tree(tmp_path)
+    kill_points = [
+        lambda s: any(s.iterdir()),  # while the first (largest) file is being written
+        lambda s: (s / "optimizer.safetensors").exists(),  # between files
+        lambda s: (s / "manifest.json").exists(),  # manifest written, rename not done
+    ]
+    for ready in kill_points:
+        _kill_when(script, tmp_path, ready)
+        after = _tree(tmp_path)
+        assert {k: after.get(k) for k in before} == before  # nothing earlier changed
+        assert not (tmp_path / "checkpoints" / "checkpoint_1").exists()
+    staging = sorted((tmp_path / "checkpoints").glob("checkpoint_1.tmp-*"))
+    assert len(staging) == 3
+    cli = [sys.executable, "-m", "accel_launch", "checkpoint"]
+    listing = subprocess.run([*cli, "list", str(tmp_path / "checkpoints")], env=_env(),
+                             capture_output=True, text=True, timeout=60)
+    assert listing.stdout.count("partial") == 3 and "ok" in listing.stdout, listing
+    refused = subprocess.run([*cli, "verify", str(staging[0])], env=_env(),
+                             capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 1 and "manifest.json" in refused.stderr, refused
+    # The next run resumes from checkpoint_0 (newest verified) and saves checkpoint_1.
+    again = _run(script, tmp_path)
+    assert again.returncode == 0 and "LOADED step=1" in again.stdout, _explain(again)
+    assert "checkpoint_1" in again.stdout.split("SAVED", 1)[1]
+
+
+def test_flipped_byte_is_named_by_load_state_and_verify(scripts, tmp_path):
+    script = scripts / "checkpoint_crash.py"
+    assert _run(script, tmp_path).returncode == 0
+    target = tmp_path / "checkpoints" / "checkpoint_0" / "model.safetensors"
+    data = bytearray(target.read_bytes())
+    data[len(data) // 3] ^= 0x10
+    target.write_bytes(bytes(data))
+    resumed = _run(script, tmp_path)
+    assert resumed.returncode != 0
+    assert "CorruptCheckpointError" in resumed.stderr and "model.safetensors" in resumed.stderr
+    verify = subprocess.run([sys.executable, "-m", "accel_launch", "checkpoint", "verify",
+                             str(target.parent)], env=_env(), capture_output=True, text=True,
+                            timeout=60)
+    assert verify.returncode == 1, verify
+    assert "model.safetensors" in verify.stderr and "sha256" in verify.stderr, verify
