@@ -187,3 +187,19 @@ def test_build_trackers_passes_init_kwargs_and_the_logging_dir(tmp_path):
             build_trackers(["dir"], "proj", None)
     finally:
         TRACKERS._clear()
+
+
+def test_call_reaches_only_trackers_with_the_hook():
+    class WithImages(Recorder):
+        name = "images"
+
+        def log_images(self, values, step=None):
+            self.calls.append(("images", sorted(values), step))
+
+    plain, images = Recorder(), WithImages()
+    group = TrackerGroup([plain, images])
+    group.start()
+    group.call("log_images", {"a": 1}, step=2)
+    group.call("log_images", {"b": 1}, only="recorder")  # recorder has no log_images
+    assert images.calls[-1] == ("images", ["a"], 2) and len(images.calls) == 2
+    assert plain.calls == [("start",)]

@@ -5,13 +5,11 @@ from __future__ import annotations
 import io
 
 import pytest
-from accel_state.errors import ConfigurationError, MissingDependencyError
-from accel_state.imports import is_package_available
+from accel_state.errors import ConfigurationError
 from accel_tracking import tqdm
 
 
 def test_main_process_shows_the_bar_and_it_iterates():
-    pytest.importorskip("tqdm")
     out = io.StringIO()
     bar = tqdm(range(3), file=out, desc="steps")
     assert not bar.disable
@@ -20,7 +18,6 @@ def test_main_process_shows_the_bar_and_it_iterates():
 
 
 def test_disable_and_every_process_options():
-    pytest.importorskip("tqdm")
     assert tqdm(range(2), disable=True).disable
     assert not tqdm(range(2), main_process_only=False, file=io.StringIO()).disable
 
@@ -29,9 +26,3 @@ def test_a_bool_first_argument_is_refused():
     with pytest.raises(ConfigurationError, match="main_process_only"):
         tqdm(True, range(3))
 
-
-def test_missing_tqdm_names_the_install_line():
-    if is_package_available("tqdm"):
-        pytest.skip("tqdm is installed here")
-    with pytest.raises(MissingDependencyError, match="pip install tqdm"):
-        tqdm(range(3))

@@ -48,6 +48,21 @@ def test_bf16_prepared_model_autocasts_returns_fp32_and_unwraps():
     assert seen == [torch.float32]
 
 
+def test_bf16_wraps_the_module_inside_torch_compile():
+    accelerator = Accelerator(cpu=True, mixed_precision="bf16")
+    inner = _model()
+    seen = _hook(inner)
+    compiled = accelerator.prepare(torch.compile(inner, backend="eager"))
+    out = compiled(torch.randn(2, 8))
+    assert seen == [torch.bfloat16] and out.dtype == torch.float32
+    assert hasattr(inner, "_original_forward")
+    unwrapped = accelerator.unwrap_model(compiled, keep_fp32_wrapper=False)
+    assert unwrapped is compiled and not hasattr(inner, "_original_forward")
+    seen.clear()
+    compiled(torch.randn(2, 8))
+    assert seen == [torch.float32]
+
+
 def test_bf16_training_tracks_the_fp32_run():
     data = TensorDataset(torch.randn(64, 8, generator=torch.Generator().manual_seed(3)),
                          torch.randn(64, 4, generator=torch.Generator().manual_seed(4)))

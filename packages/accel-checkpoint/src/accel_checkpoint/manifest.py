@@ -149,6 +149,9 @@ def read_manifest(path: str | os.PathLike[str]) -> Manifest:
     path = Path(path)
     if not path.is_dir():
         raise _corrupt(path, "no such checkpoint directory")
+    if is_staging_dir(path):
+        raise _corrupt(path, "this is the staging directory of an interrupted save (it was "
+                       "never renamed into place), a partial checkpoint; load an earlier one")
     where = path / MANIFEST_NAME
     try:
         raw = where.read_bytes()
@@ -228,7 +231,8 @@ def list_checkpoints(root: str | os.PathLike[str], deep: bool = False,
         try:
             infos.append(CheckpointInfo(child, "ok", verify_checkpoint(child, deep=deep)))
         except Exception as exc:  # CorruptCheckpointError, named lazily
-            status = "partial" if not (child / MANIFEST_NAME).exists() else "corrupt"
+            partial = is_staging_dir(child) or not (child / MANIFEST_NAME).exists()
+            status = "partial" if partial else "corrupt"
             infos.append(CheckpointInfo(child, status, problem=str(exc)))
     infos.sort(key=lambda i: (i.manifest.created_unix if i.manifest else 0.0,
                               _natural(i.path.name)))

@@ -33,6 +33,10 @@ def _outputs_to_fp32(output: Any) -> Any:
     return convert_to_fp32(output)
 
 
+def _is_compiled(module: torch.nn.Module) -> bool:
+    return type(module).__name__ == "OptimizedModule" and hasattr(module, "_orig_mod")
+
+
 class AutocastForward:
     """A model's forward run under ``torch.autocast`` that returns fp32 outputs.
 
@@ -131,10 +135,12 @@ class Precision:
         ``unwrap_model(keep_fp32_wrapper=False)`` can restore it. A no-op without autocast.
         """
         dtype = self.autocast_dtype
-        if dtype is None or hasattr(module, "_original_forward"):
+        # a torch.compile'd model: wrap the module inside, where unwrapping looks for it
+        target = module._orig_mod if _is_compiled(module) else module
+        if dtype is None or hasattr(target, "_original_forward"):
             return module
-        module._original_forward = module.forward
-        module.forward = AutocastForward(module.forward, self.device.type, dtype,
+        target._original_forward = target.forward
+        target.forward = AutocastForward(target.forward, self.device.type, dtype,
                                          self._autocast_arguments(self.autocast_kwargs))
         return module
 

@@ -12,16 +12,14 @@ __all__ = ["tqdm"]
 def tqdm(*args: Any, main_process_only: bool = True, **kwargs: Any) -> Any:
     """``tqdm.auto.tqdm`` that is disabled on every process but the local main one.
 
-    With ``main_process_only=False`` each process shows its own bar. tqdm is an
-    optional package: a missing one raises MissingDependencyError (``pip install tqdm``).
+    With ``main_process_only=False`` each process shows its own bar. tqdm is a
+    dependency of accel-tracking, imported on first use so importing the package stays cheap.
     """
     if args and isinstance(args[0], bool):
         raise ConfigurationError(
             f"tqdm() got {args[0]!r} as its first argument, which is the iterable: pass "
             "main_process_only=True/False as a keyword instead.")
-    from accel_state.imports import require
-
-    bar = require("tqdm.auto", package="tqdm", feature="progress bars").tqdm
+    from tqdm.auto import tqdm as bar
     disable = kwargs.pop("disable", False)
     if main_process_only and not disable:
         from accel_state.state import PartialState

@@ -42,7 +42,7 @@ __all__ = ["Accelerator"]
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
-class Accelerator(PrecisionMixin, DataMixin):
+class Accelerator(PrecisionMixin, DataMixin, _ckpt.CheckpointingMixin):
     """Prepare a model, optimizer, dataloader and scheduler for the current launch setting.
 
     Args:
@@ -350,54 +350,6 @@ class Accelerator(PrecisionMixin, DataMixin):
             save_file(obj, f, metadata={"format": "pt"})
         else:
             torch.save(obj, f)
-
-    # -- checkpoints (logic in accel/checkpointing.py) -------------------------------------
-    @property
-    def project_dir(self) -> str | None:
-        return self.project_configuration.project_dir
-
-    @property
-    def logging_dir(self) -> str | None:
-        return self.project_configuration.logging_dir
-
-    @property
-    def save_iteration(self) -> int:
-        """Number of the next automatically named checkpoint."""
-        return self.project_configuration.iteration
-
-    def save_state(self, output_dir: Any = None, safe_serialization: bool = True,
-                   **save_model_func_kwargs: Any) -> str:
-        """Save models, optimizers, schedulers, dataloader positions, RNG states, ...
-
-        Crash-safe and verified (see accel_checkpoint); ``async_save=True`` writes in the
-        background. Call on every process.
-        """
-        return _ckpt.save_state(self, output_dir, safe_serialization, **save_model_func_kwargs)
-
-    def load_state(self, input_dir: Any = None, load_kwargs: Any = None,
-                   **load_model_func_kwargs: Any) -> None:
-        """Restore a checkpoint (default: the newest complete one with automatic naming)."""
-        _ckpt.load_state(self, input_dir, load_kwargs, **load_model_func_kwargs)
-
-    def register_for_checkpointing(self, *objects: Any) -> None:
-        _ckpt.register_for_checkpointing(self, *objects)
-
-    def register_save_state_pre_hook(self, hook: Callable[..., Any]) -> Any:
-        return _ckpt.register_save_state_pre_hook(self, hook)
-
-    def register_load_state_pre_hook(self, hook: Callable[..., Any]) -> Any:
-        return _ckpt.register_load_state_pre_hook(self, hook)
-
-    def save_model(self, model: torch.nn.Module, save_directory: Any,
-                   max_shard_size: int | str = "10GB", safe_serialization: bool = True) -> None:
-        _ckpt.save_model(self, model, save_directory, max_shard_size, safe_serialization)
-
-    def get_state_dict(self, model: torch.nn.Module, unwrap: bool = True) -> dict[str, Any]:
-        return _ckpt.get_state_dict(self, model, unwrap)
-
-    def wait_for_checkpoint(self) -> None:
-        """Block until an ``async_save`` is committed (``end_training`` does this too)."""
-        _ckpt.wait_for_checkpoint(self)
 
 
 def _preparation_rank(obj: Any) -> int:

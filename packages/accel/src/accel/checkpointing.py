@@ -14,6 +14,7 @@ every rank's RNG states. Tensors are in safetensors, the rest JSON; nothing is p
 from __future__ import annotations
 
 import collections
+from collections.abc import Callable
 import os
 import re
 import warnings
@@ -43,7 +44,7 @@ __all__ = ["ProjectConfiguration", "save_accelerator_state", "load_accelerator_s
            "save_custom_state", "load_custom_state", "load_checkpoint_in_model",
            "init_checkpointing", "save_state", "load_state", "register_for_checkpointing",
            "register_save_state_pre_hook", "register_load_state_pre_hook", "save_model",
-           "get_state_dict", "wait_for_checkpoint"]
+           "get_state_dict", "wait_for_checkpoint", "CheckpointingMixin"]
 
 _AUTO_NAME = re.compile(r"checkpoint_(\d+)")
 
@@ -284,3 +285,55 @@ def save_model(accelerator: Any, model: torch.nn.Module, save_directory: str | o
     if accelerator.is_main_process:
         save_model_weights(state_dict, save_directory, max_shard_size=max_shard_size,
                            safe_serialization=safe_serialization)
+
+
+
+class CheckpointingMixin:
+    """The Accelerator's checkpoint methods: thin delegations to the functions above."""
+
+    @property
+    def project_dir(self) -> str | None:
+        return self.project_configuration.project_dir
+
+    @property
+    def logging_dir(self) -> str | None:
+        return self.project_configuration.logging_dir
+
+    @property
+    def save_iteration(self) -> int:
+        """Number of the next automatically named checkpoint."""
+        return self.project_configuration.iteration
+
+    def save_state(self, output_dir: Any = None, safe_serialization: bool = True,
+                   **save_model_func_kwargs: Any) -> str:
+        """Save models, optimizers, schedulers, dataloader positions, RNG states, ...
+
+        Crash-safe and verified (see accel_checkpoint); ``async_save=True`` writes in the
+        background. Call on every process.
+        """
+        return save_state(self, output_dir, safe_serialization, **save_model_func_kwargs)
+
+    def load_state(self, input_dir: Any = None, load_kwargs: Any = None,
+                   **load_model_func_kwargs: Any) -> None:
+        """Restore a checkpoint (default: the newest complete one with automatic naming)."""
+        load_state(self, input_dir, load_kwargs, **load_model_func_kwargs)
+
+    def register_for_checkpointing(self, *objects: Any) -> None:
+        register_for_checkpointing(self, *objects)
+
+    def register_save_state_pre_hook(self, hook: Callable[..., Any]) -> Any:
+        return register_save_state_pre_hook(self, hook)
+
+    def register_load_state_pre_hook(self, hook: Callable[..., Any]) -> Any:
+        return register_load_state_pre_hook(self, hook)
+
+    def save_model(self, model: torch.nn.Module, save_directory: Any,
+                   max_shard_size: int | str = "10GB", safe_serialization: bool = True) -> None:
+        save_model(self, model, save_directory, max_shard_size, safe_serialization)
+
+    def get_state_dict(self, model: torch.nn.Module, unwrap: bool = True) -> dict[str, Any]:
+        return get_state_dict(self, model, unwrap)
+
+    def wait_for_checkpoint(self) -> None:
+        """Block until an ``async_save`` is committed (``end_training`` does this too)."""
+        wait_for_checkpoint(self)
