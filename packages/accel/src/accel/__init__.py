@@ -25,12 +25,17 @@ _EXPORTS = {
     # accel-data
     "DataLoaderConfiguration": "accel_data",
     "skip_first_batches": "accel_data",
+    # accel-checkpoint
+    "ProjectConfiguration": "accel_checkpoint.project",
+    "load_checkpoint_in_model": "accel_checkpoint.weights",
 }
 
 __all__ = [*_EXPORTS, "__version__"]
 
 if TYPE_CHECKING:
     from accel_parallel import DDPCommunicationHookType, DistributedDataParallelKwargs
+    from accel_checkpoint.project import ProjectConfiguration
+    from accel_checkpoint.weights import load_checkpoint_in_model
     from accel_data import DataLoaderConfiguration, skip_first_batches
     from accel_precision import AutocastKwargs, GradScalerKwargs
     from accel_state import (

@@ -51,9 +51,31 @@ _precision_all = ["AORecipeKwargs", "AutocastKwargs", "FP8BackendType", "FP8Reci
 # -- accel-data: the Accelerator's data options --
 from accel_data import DataLoaderConfiguration  # noqa: E402
 
+# -- accel-checkpoint: project configuration, weights helpers, on-disk names --
+from accel_checkpoint.constants import (  # noqa: E402
+    FSDP_MODEL_NAME, MODEL_NAME, OPTIMIZER_NAME, PROFILE_PATTERN_NAME, RNG_STATE_NAME,
+    SAFE_MODEL_NAME, SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, SAFE_WEIGHTS_PATTERN_NAME,
+    SAMPLER_NAME, SCALER_NAME, SCHEDULER_NAME, WEIGHTS_INDEX_NAME, WEIGHTS_NAME,
+    WEIGHTS_PATTERN_NAME,
+)
+from accel_checkpoint.project import ProjectConfiguration  # noqa: E402
+from accel_checkpoint.weights import (  # noqa: E402
+    clean_state_dict_for_safetensors, convert_bytes, convert_file_size_to_int, dtype_byte_size,
+    id_tensor_storage, load, load_checkpoint_in_model, save,
+)
+
+_checkpoint_all = [
+    "FSDP_MODEL_NAME", "MODEL_NAME", "OPTIMIZER_NAME", "PROFILE_PATTERN_NAME", "RNG_STATE_NAME",
+    "SAFE_MODEL_NAME", "SAFE_WEIGHTS_INDEX_NAME", "SAFE_WEIGHTS_NAME", "SAFE_WEIGHTS_PATTERN_NAME",
+    "SAMPLER_NAME", "SCALER_NAME", "SCHEDULER_NAME", "WEIGHTS_INDEX_NAME", "WEIGHTS_NAME",
+    "WEIGHTS_PATTERN_NAME", "ProjectConfiguration", "clean_state_dict_for_safetensors",
+    "convert_bytes", "convert_file_size_to_int", "dtype_byte_size", "id_tensor_storage", "load",
+    "load_checkpoint_in_model", "save",
+]
+
 __all__ = [
     "DataLoaderConfiguration",
     *_state_all, *_imports_all, *_environment_all, "DDPCommunicationHookType",
     "DistributedDataParallelKwargs", "extract_model_from_parallel", *_tracking_all,
-    *_precision_all,
+    *_precision_all, *_checkpoint_all,
 ]
