@@ -42,7 +42,7 @@ __all__ = ["Accelerator"]
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
-class Accelerator(PrecisionMixin, DataMixin, _ckpt.CheckpointingMixin):
+class Accelerator(PrecisionMixin, DataMixin, _ckpt.CheckpointingMixin, _tracking.TrackingMixin):
     """Prepare a model, optimizer, dataloader and scheduler for the current launch setting.
 
     Args:
@@ -86,11 +86,11 @@ class Accelerator(PrecisionMixin, DataMixin, _ckpt.CheckpointingMixin):
         self.step = 0
         # checkpoints (accel/checkpointing.py): ProjectConfiguration, save/load hooks
         _ckpt.init_checkpointing(self, project_dir, project_config)
-        # -- experiment tracking (accel/tracking.py); end_training() calls each finisher --
-        self._end_training_hooks: list[Callable[[], None]] = [
-            lambda: _tracking.end_tracking(self)]
+        # experiment tracking (accel/tracking.py)
         _tracking.setup_tracking(self, log_with)
-        self._end_training_hooks.insert(0, self.wait_for_checkpoint)  # async saves
+        # end_training(): wait for async checkpoint writes, then finish the trackers' runs
+        self._end_training_hooks: list[Callable[[], None]] = [
+            self.wait_for_checkpoint, lambda: _tracking.end_tracking(self)]
 
     # -- views of the process state ----------------------------------------------------------
     @property
@@ -306,31 +306,7 @@ class Accelerator(PrecisionMixin, DataMixin, _ckpt.CheckpointingMixin):
                          local_process_index: int | None = None) -> Any:
         return self.state.on_local_process(function, local_process_index=local_process_index)
 
-    # -- experiment tracking (logic in accel/tracking.py) ---------------------------------------
-    @property
-    def trackers(self) -> list[Any]:
-        """The trackers of the current run (built by :meth:`init_trackers`)."""
-        return self._tracker_group.trackers
-
-    def init_trackers(self, project_name: str, config: dict[str, Any] | None = None,
-                      init_kwargs: dict[str, dict[str, Any]] | None = None, *,
-                      strict: bool | None = None) -> None:
-        """Start one run per tracker of ``log_with`` (on the main process) and store ``config``.
-
-        ``init_kwargs`` maps a tracker name to its constructor's kwargs; ``strict=True`` (or
-        ``ACCEL_TRACKING_STRICT=1``) makes a failing tracker an error instead of a warning.
-        """
-        _tracking.init_trackers(self, project_name, config, init_kwargs, strict=strict)
-
-    def log(self, values: dict[str, Any], step: int | None = None,
-            log_kwargs: dict[str, dict[str, Any]] | None = None) -> None:
-        """Log ``values`` to every tracker (main process unless a tracker says otherwise)."""
-        self._tracker_group.log(values, step=step, log_kwargs=log_kwargs)
-
-    def get_tracker(self, name: str, unwrap: bool = False) -> Any:
-        """The tracker called ``name``; with ``unwrap``, the backend's own run object."""
-        return self._tracker_group.get(name, unwrap=unwrap)
-
+    # -- end of training ---------------------------------------------------------------------
     def end_training(self) -> None:
         """Call once training is over: finishes the trackers' runs (and other finishers)."""
         for finish in self._end_training_hooks:
@@ -340,17 +316,10 @@ class Accelerator(PrecisionMixin, DataMixin, _ckpt.CheckpointingMixin):
     def save(self, obj: Any, f: Any, safe_serialization: bool = False) -> None:
         """Save ``obj`` to ``f`` from the main process only (others return at once).
 
-        ``safe_serialization=True`` writes a flat dict of tensors with safetensors.
+        Written atomically (temporary file, then rename); ``safe_serialization=True`` writes a
+        flat dict of tensors with safetensors.
         """
-        if not self.is_main_process:
-            return
-        if safe_serialization:
-            from safetensors.torch import save_file  # imported here: only this path needs it
-
-            save_file(obj, f, metadata={"format": "pt"})
-        else:
-            torch.save(obj, f)
-
+        _ckpt.save(obj, f, safe_serialization=safe_serialization)
 
 def _preparation_rank(obj: Any) -> int:
     if isinstance(obj, torch.nn.Module):

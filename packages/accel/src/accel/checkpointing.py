@@ -34,7 +34,7 @@ from accel_checkpoint.manager import (
 from accel_checkpoint.manifest import latest_checkpoint, read_manifest
 from accel_checkpoint.project import CHECKPOINT_PATTERN, ProjectConfiguration
 from accel_checkpoint.tree import flatten_state, unflatten_state
-from accel_checkpoint.weights import load_checkpoint_in_model, save_model_weights
+from accel_checkpoint.weights import load_checkpoint_in_model, save, save_model_weights
 from accel_state import PartialState
 from accel_state.errors import ConfigurationError
 from accel_state.protocols import Stateful

@@ -1,8 +1,8 @@
 """Accelerate's ``accelerate.tracking`` path, and the tracking half of the ``Accelerator``.
 
-The names are the very objects of accel-tracking. The functions below hold what the
-Accelerator's ``init_trackers`` / ``log`` / ``get_tracker`` / ``end_training`` do, so
-``accelerator.py`` keeps one-line methods.
+The names are the very objects of accel-tracking. :class:`TrackingMixin` holds the
+Accelerator's ``trackers`` / ``init_trackers`` / ``log`` / ``get_tracker``, like the
+mixins of the other concerns, so ``accelerator.py`` stays thin.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from accel.accelerator import Accelerator
 
 __all__ = [
-    "GeneralTracker", "on_main_process", "filter_trackers", "get_available_trackers",
+    "TrackingMixin", "GeneralTracker", "on_main_process", "filter_trackers", "get_available_trackers",
     "register_tracker_class", "LoggerType", "TRACKERS", "LOGGER_TYPE_TO_CLASS",
     "TensorBoardTracker", "WandBTracker", "MLflowTracker", "CometMLTracker", "AimTracker",
     "ClearMLTracker", "DVCLiveTracker", "SwanLabTracker", "TrackioTracker",
@@ -90,3 +90,31 @@ def init_trackers(accelerator: Accelerator, project_name: str,
 def end_tracking(accelerator: Accelerator) -> None:
     """Finish every tracker once (they stay in ``trackers``); ``init_trackers`` may start anew."""
     accelerator._tracker_group.finish()
+
+
+class TrackingMixin:
+    """The experiment-tracking methods of :class:`~accel.Accelerator`."""
+
+    @property
+    def trackers(self) -> list[Any]:
+        """The trackers of the current run (built by :meth:`init_trackers`)."""
+        return self._tracker_group.trackers
+
+    def init_trackers(self, project_name: str, config: dict[str, Any] | None = None,
+                      init_kwargs: dict[str, dict[str, Any]] | None = None, *,
+                      strict: bool | None = None) -> None:
+        """Start one run per tracker of ``log_with`` (on the main process) and store ``config``.
+
+        ``init_kwargs`` maps a tracker name to its constructor's kwargs; ``strict=True`` (or
+        ``ACCEL_TRACKING_STRICT=1``) makes a failing tracker an error instead of a warning.
+        """
+        init_trackers(self, project_name, config, init_kwargs, strict=strict)  # type: ignore[arg-type]
+
+    def log(self, values: dict[str, Any], step: int | None = None,
+            log_kwargs: dict[str, dict[str, Any]] | None = None) -> None:
+        """Log ``values`` to every tracker (main process unless a tracker says otherwise)."""
+        self._tracker_group.log(values, step=step, log_kwargs=log_kwargs)
+
+    def get_tracker(self, name: str, unwrap: bool = False) -> Any:
+        """The tracker called ``name``; with ``unwrap``, the backend's own run object."""
+        return self._tracker_group.get(name, unwrap=unwrap)
