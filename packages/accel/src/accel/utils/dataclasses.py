@@ -1,21 +1,11 @@
-"""Accelerate's ``accelerate.utils.dataclasses`` path: enums and kwargs handlers."""
+"""Accelerate's ``accelerate.utils.dataclasses`` path: enums, kwargs handlers, configurations."""
 
 from __future__ import annotations
 
+from accel_checkpoint.project import ProjectConfiguration
+from accel_data import DataLoaderConfiguration
 from accel_parallel import DDPCommunicationHookType, DistributedDataParallelKwargs
-from accel_state.enums import (
-    BaseEnum,
-    ComputeEnvironment,
-    DistributedType,
-    EnumWithContains,
-    SageMakerDistributedType,
-)
-from accel_state.kwargs import InitProcessGroupKwargs, KwargsHandler
-from accel_state.random import RNGType
-from accel_state.operations import TensorInformation
-
-# -- accel-precision --
-from accel_precision.kwargs import (  # noqa: E402
+from accel_precision.kwargs import (
     AORecipeKwargs,
     AutocastKwargs,
     FP8BackendType,
@@ -24,9 +14,21 @@ from accel_precision.kwargs import (  # noqa: E402
     PrecisionType,
     TERecipeKwargs,
 )
+from accel_state.enums import (
+    BaseEnum,
+    ComputeEnvironment,
+    DistributedType,
+    EnumWithContains,
+    SageMakerDistributedType,
+)
+from accel_state.kwargs import GradientAccumulationPlugin, InitProcessGroupKwargs, KwargsHandler
+from accel_state.operations import TensorInformation
+from accel_state.random import RNGType
+from accel_tracking import LoggerType
 
-__all__ = ["BaseEnum", "ComputeEnvironment", "DDPCommunicationHookType",
-           "DistributedDataParallelKwargs", "DistributedType", "EnumWithContains",
-           "InitProcessGroupKwargs", "KwargsHandler", "RNGType", "SageMakerDistributedType",
-           "TensorInformation", "AORecipeKwargs", "AutocastKwargs", "FP8BackendType",
-           "FP8RecipeKwargs", "GradScalerKwargs", "PrecisionType", "TERecipeKwargs"]
+__all__ = ["AORecipeKwargs", "AutocastKwargs", "BaseEnum", "ComputeEnvironment",
+           "DDPCommunicationHookType", "DataLoaderConfiguration", "DistributedDataParallelKwargs",
+           "DistributedType", "EnumWithContains", "FP8BackendType", "FP8RecipeKwargs",
+           "GradScalerKwargs", "GradientAccumulationPlugin", "InitProcessGroupKwargs",
+           "KwargsHandler", "LoggerType", "PrecisionType", "ProjectConfiguration", "RNGType",
+           "SageMakerDistributedType", "TERecipeKwargs", "TensorInformation"]
