@@ -80,7 +80,8 @@ def test_single_process_seedable_sampler_is_reproducible():
     first = prepare_data_loader(loader, use_seedable_sampler=True, data_seed=3)
     second = prepare_data_loader(loader, use_seedable_sampler=True, data_seed=3)
     assert _indices(first) == _indices(second)
-    assert type(get_sampler(prepare_data_loader(loader))) is RandomSampler
+    # Always seedable (exact resume), unlike Accelerate without use_seedable_sampler.
+    assert type(get_sampler(prepare_data_loader(loader))) is SeedableRandomSampler
 
 
 def test_carries_loader_settings_and_moves_to_device():
@@ -205,9 +206,12 @@ def test_world_is_read_from_torch_distributed(tmp_path):
     try:
         loader = DataLoader(_dataset(6), batch_size=2, shuffle=True)
         torch.manual_seed(42)
-        seeded = prepare_data_loader(loader, use_seedable_sampler=True)  # seed via broadcast
-        assert get_sampler(seeded).initial_seed == 42
+        drawn = int(torch.empty((), dtype=torch.int64).random_().item())
+        torch.manual_seed(42)
+        seeded = prepare_data_loader(loader)  # one process: one draw from the global RNG
+        assert get_sampler(seeded).initial_seed == drawn
         half = prepare_data_loader(loader, num_processes=2)  # rank from the group, no data_seed
+        assert get_sampler(half).initial_seed == 42  # several: rank 0's seed, broadcast
         assert half.batch_sampler.process_index == 0 and len(half) == 2
         assert len(_indices(half)) == 4
     finally:

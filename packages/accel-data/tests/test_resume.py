@@ -97,7 +97,8 @@ def test_plain_loader_becomes_skip_dataloader():
 
 
 def test_state_dict_round_trip_with_shuffle():
-    def make():
+    def make(seed=0):
+        torch.manual_seed(seed)  # the shuffle seed is drawn at prepare time
         return prepare_data_loader(DataLoader(Counting(20), batch_size=3, shuffle=True),
                                    use_seedable_sampler=True)
 
@@ -110,8 +111,7 @@ def test_state_dict_round_trip_with_shuffle():
             break
     state = run.state_dict()
     assert state["epoch"] == 1 and state["batches_yielded"] == 3
-    torch.manual_seed(999)  # the fresh loader draws another seed: the state restores it
-    fresh = make()
+    fresh = make(999)  # the fresh loader draws another seed: the state restores it
     assert fresh.get_sampler().initial_seed != state["sampler_seed"]
     fresh.load_state_dict(state)
     assert fresh.state_dict() == state and len(fresh) == len(epochs[1]) - 3
@@ -120,10 +120,11 @@ def test_state_dict_round_trip_with_shuffle():
 
 
 def test_state_on_the_last_batch_is_the_next_epoch():
-    loader = prepare_data_loader(DataLoader(list(range(4)), batch_size=2))
+    loader = prepare_data_loader(DataLoader(list(range(4)), batch_size=2), data_seed=3)
     states = [loader.state_dict() for _ in loader]
-    assert states == [{"epoch": 0, "batches_yielded": 1}, {"epoch": 1, "batches_yielded": 0}]
-    assert loader.state_dict() == {"epoch": 1, "batches_yielded": 0}
+    assert states == [{"epoch": 0, "batches_yielded": 1, "loader_seed": 3},
+                      {"epoch": 1, "batches_yielded": 0, "loader_seed": 3}]
+    assert loader.state_dict() == {"epoch": 1, "batches_yielded": 0, "loader_seed": 3}
     with pytest.raises(ConfigurationError, match="state_dict"):
         loader.load_state_dict({"epoch": 1})
 

@@ -25,13 +25,15 @@ from accel.checkpointing import ProjectConfiguration
 from accel.utils import DataLoaderConfiguration
 
 STEPS, SAVE_AT = 9, 6  # 4 batches per epoch per process: the save lands mid-epoch 2
-# Mid-epoch resume of a shuffled loader needs the seedable sampler (as in Accelerate): the
-# permutation is then a function of (seed, epoch) that the loader's state_dict records.
+# Default data options on purpose: a shuffled loader resumes exactly without
+# use_seedable_sampler or a generator of the user's (the prepared loader's permutation is a
+# function of (seed, epoch) that its state_dict records, and iterating never draws from
+# the global RNG, so dropout after the resume matches).
 DATA = {"cpu": True}
 
 
 def _data_config():
-    return DataLoaderConfiguration(use_seedable_sampler=True)
+    return DataLoaderConfiguration()
 
 
 def build(accelerator: Accelerator):
@@ -43,10 +45,7 @@ def build(accelerator: Accelerator):
     model = nn.Sequential(nn.Linear(6, 32), nn.Dropout(0.25), nn.ReLU(), nn.Linear(32, 1))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=3, gamma=0.5)
-    # Own generator: creating a DataLoader iterator draws a worker base seed from it; from
-    # the global RNG it would shift dropout after a mid-epoch resume (see the report).
-    loader = DataLoader(TensorDataset(x, y), batch_size=4, shuffle=True,
-                        generator=torch.Generator().manual_seed(7))
+    loader = DataLoader(TensorDataset(x, y), batch_size=4, shuffle=True)
     model, optimizer, scheduler, loader = accelerator.prepare(model, optimizer, scheduler, loader)
     return model, optimizer, scheduler, batches(loader)
 

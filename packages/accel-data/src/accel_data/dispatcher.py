@@ -299,11 +299,14 @@ class DataLoaderDispatcher(DataLoaderShard):
                 return
 
     def __iter__(self) -> Iterator[Any]:
+        self._settle()  # a previous pass left on its last batch is over
         self.set_epoch(self.iteration)
+        self._seed_pass()
         skip = self._pending_skip()
         self.begin()
         self._yielded = skip
         final = [self.remainder]
+        token = None
 
         def mine() -> Iterator[Any]:
             for part, last, remainder in self._steps(skip):
@@ -326,7 +329,9 @@ class DataLoaderDispatcher(DataLoaderShard):
             self.remainder = final[0]
             self.end_of_dataloader = True
             self._yielded += 1
+            token = self._hand_out_last()
             yield current
-            self._finish_pass()
         finally:
+            if token is not None:  # also when abandoned on the last batch
+                self._settle(token)
             self.end()

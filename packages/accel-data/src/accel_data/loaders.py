@@ -21,7 +21,7 @@ from accel_state.operations import send_to_device
 from accel_state.random import synchronize_rng_states
 from torch.utils.data import DataLoader, IterableDataset
 
-from accel_data.samplers import SkipBatchSampler, get_sampler
+from accel_data.samplers import SkipBatchSampler, draw_seed, get_sampler, pass_seed
 
 __all__ = ["DataLoaderStateMixin", "DataLoaderShard", "UnsizedLoaderError"]
 
@@ -43,6 +43,9 @@ class DataLoaderStateMixin:
     iteration: int = 0  # epoch of the next pass; advanced after each complete pass
     _yielded: int = 0  # batches of epoch `iteration` handed out (skipped ones included)
     _skip_plan: tuple[int, int] | None = None  # (epoch, batches) to skip in that epoch only
+    # Set when a pass hands out its last batch: the epoch is done even if the pass is then
+    # abandoned (``break`` on the last batch) or never resumed. Identifies that pass.
+    _pending_finish: object | None = None
 
     def reset(self) -> None:
         """Forget the previous pass."""
@@ -87,7 +90,8 @@ class DataLoaderStateMixin:
         self._skip_plan = (self.iteration, num_batches) if num_batches else None
 
     def state_dict(self) -> dict[str, Any]:
-        """The position as plain ints: ``epoch``, ``batches_yielded``, ``sampler_seed``.
+        """The position as plain ints: ``epoch``, ``batches_yielded``, and ``sampler_seed``
+        (a seedable sampler's) or else ``loader_seed`` (the worker seeds' source).
 
         Taken mid-pass it is the batches handed out so far; taken on the last batch (or
         after it) it is the start of the next epoch.
@@ -95,12 +99,14 @@ class DataLoaderStateMixin:
         epoch, done = self.iteration, self._yielded
         if self._skip_plan is not None and self._skip_plan[0] == epoch and not done:
             done = self._skip_plan[1]  # loaded but not iterated yet
-        if self.end_of_dataloader and GradientState().active_dataloader is self:
+        if self._pending_finish is not None:  # the last batch is out: the epoch is done
             epoch, done = epoch + 1, 0
         state: dict[str, Any] = {"epoch": epoch, "batches_yielded": done}
         seed = getattr(get_sampler(self), "initial_seed", None)  # type: ignore[arg-type]
         if isinstance(seed, int):
             state["sampler_seed"] = seed
+        elif isinstance(getattr(self, "_loader_seed", None), int):
+            state["loader_seed"] = self._loader_seed  # worker seeds of an unshuffled loader
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -118,9 +124,25 @@ class DataLoaderStateMixin:
         sampler = get_sampler(self)  # type: ignore[arg-type]
         if seed is not None and hasattr(sampler, "initial_seed"):
             sampler.initial_seed = int(seed)
+        if state_dict.get("loader_seed") is not None:
+            self._loader_seed = int(state_dict["loader_seed"])
+
+    def _hand_out_last(self) -> object:
+        """The last batch of this pass is about to be yielded: from now on the epoch is done."""
+        token = object()
+        self._pending_finish = token
+        return token
+
+    def _settle(self, token: object | None = None) -> None:
+        """Count a pass whose last batch was handed out as finished (``token``: that pass
+        only; ``None``: whichever is pending). Idempotent."""
+        pending = self._pending_finish
+        if pending is not None and (token is None or pending is token):
+            self._finish_pass()
 
     def _finish_pass(self) -> None:
         """A pass ran to its end: the next one is the next epoch, from its start."""
+        self._pending_finish = None
         self.iteration += 1
         self._yielded = 0
         self._skip_plan = None
@@ -137,6 +159,13 @@ class DataLoaderShard(DataLoaderStateMixin, DataLoader):
     ``dataset``); ``prepare_data_loader`` builds one from an existing loader. With
     ``device=None`` batches are left where the workers made them. ``rng_types`` (e.g.
     ``["generator"]``, ``["torch"]``) are synchronised from rank 0 at the start of every pass.
+
+    Iterating never touches the global torch RNG: the loader has its own ``generator``
+    (the user's is not advanced), re-seeded at the start of every pass from the index
+    sampler's seed (a ``SeedableRandomSampler``), else from a seed fixed at construction
+    (the user's generator's seed, else one draw from the global RNG), and the epoch. So
+    the worker base seed torch draws per iterator differs per epoch, and a resumed run
+    draws exactly what the uninterrupted one did.
     """
 
     _is_accelerate_prepared = True
@@ -144,8 +173,14 @@ class DataLoaderShard(DataLoaderStateMixin, DataLoader):
     def __init__(self, dataset: Any, device: torch.device | str | None = None,
                  non_blocking: bool = False, rng_types: list[Any] | None = None,
                  synchronized_generator: torch.Generator | None = None,
-                 **kwargs: Any) -> None:
+                 loader_seed: int | None = None, **kwargs: Any) -> None:
+        user_generator = kwargs.get("generator")
         super().__init__(dataset, **kwargs)
+        self.generator = torch.Generator()
+        self._loader_seed = None if loader_seed is None else int(loader_seed)
+        if self._loader_seed is None and not isinstance(self._sampler_seed(), int):
+            self._loader_seed = (user_generator.initial_seed() if user_generator is not None
+                                 else draw_seed())
         self.device = torch.device(device) if device is not None else None
         self.non_blocking = bool(non_blocking)
         self.rng_types = list(rng_types) if rng_types else None
@@ -225,8 +260,23 @@ class DataLoaderShard(DataLoaderStateMixin, DataLoader):
                 "`sampler` attribute; build a new DataLoader with the sampler instead.")
         node.sampler = sampler
 
+    def _sampler_seed(self) -> int | None:
+        seed = getattr(get_sampler(self), "initial_seed", None)
+        return seed if isinstance(seed, int) else None
+
+    def _seed_pass(self) -> None:
+        """Re-seed the loader's own generator for the epoch this pass iterates: from the
+        sampler's seed when it has one, else from ``loader_seed``."""
+        seed = self._sampler_seed()
+        if seed is None:
+            if self._loader_seed is None:  # the seedable sampler was replaced meanwhile
+                self._loader_seed = draw_seed()
+            seed = self._loader_seed
+        self.generator.manual_seed(pass_seed(seed, self.iteration))
+
     def set_epoch(self, epoch: int) -> None:
         """Set the epoch of the next pass on the samplers and the dataset that take one."""
+        self._pending_finish = None  # an explicit epoch overrides a pass left on its last batch
         self.iteration = epoch
         done: list[Any] = []
         node = self.batch_sampler if self.batch_sampler is not None else self.sampler
@@ -274,12 +324,15 @@ class DataLoaderShard(DataLoaderStateMixin, DataLoader):
             self.remainder = int(real)
 
     def __iter__(self) -> Iterator[Any]:
+        self._settle()  # a previous pass left on its last batch is over
         if self.rng_types:
             synchronize_rng_states(self.rng_types, self.synchronized_generator)
         self.set_epoch(self.iteration)
+        self._seed_pass()
         skip = self._pending_skip()
         self.begin()
         self._yielded = skip
+        token = None
         try:
             iterator, to_read = self._open(skip)
             for _ in range(to_read):  # iterable datasets: the skipped batches are read
@@ -301,9 +354,11 @@ class DataLoaderShard(DataLoaderStateMixin, DataLoader):
             self._exact_remainder()
             self.end_of_dataloader = True
             self._yielded += 1
+            token = self._hand_out_last()
             yield current
-            self._finish_pass()
         finally:
+            if token is not None:  # also when abandoned on the last batch
+                self._settle(token)
             self.end()
 
 

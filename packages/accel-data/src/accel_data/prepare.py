@@ -19,7 +19,7 @@ from accel_state.operations import broadcast_object_list
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler, Sampler
 
 from accel_data.loaders import DataLoaderShard
-from accel_data.samplers import SeedableRandomSampler
+from accel_data.samplers import SeedableRandomSampler, draw_seed
 from accel_data.sharding import BatchSamplerShard, IterableDatasetShard, _check_world
 
 __all__ = ["prepare_data_loader"]
@@ -62,10 +62,14 @@ def _carried_kwargs(dataloader: DataLoader) -> dict[str, Any]:
 
 
 def _shared_seed(data_seed: int | None, sampler: RandomSampler, num_processes: int) -> int:
-    """One shuffle seed for every rank: ``data_seed``, else rank 0's seed broadcast."""
+    """The shuffle seed: ``data_seed``; else, in one process, the user generator's seed or
+    one draw from the global RNG (so ``torch.manual_seed`` before preparing fixes it);
+    else, with several processes, rank 0's seed broadcast to every rank."""
     if data_seed is not None:
         return int(data_seed)
     generator = sampler.generator
+    if num_processes == 1:
+        return generator.initial_seed() if generator is not None else draw_seed()
     seed = generator.initial_seed() if generator is not None else torch.initial_seed()
     if dist.is_available() and dist.is_initialized():
         box = [seed]
@@ -80,9 +84,15 @@ def _shared_seed(data_seed: int | None, sampler: RandomSampler, num_processes: i
     return seed
 
 
-def _seedable(sampler: Any, data_seed: int | None, num_processes: int) -> Any:
-    """A plain ``RandomSampler`` becomes a ``SeedableRandomSampler`` seeded alike on all ranks."""
-    if type(sampler) is not RandomSampler:
+def _is_plain(sampler: RandomSampler) -> bool:
+    """No replacement, one pass over the data: what ``shuffle=True`` builds."""
+    return not sampler.replacement and getattr(sampler, "_num_samples", None) is None
+
+
+def _seedable(sampler: Any, data_seed: int | None, num_processes: int, reseed: bool) -> Any:
+    """A ``RandomSampler`` as a ``SeedableRandomSampler`` seeded alike on all ranks: always
+    when it is plain (exact resume), otherwise when ``reseed`` (sharding, or asked for)."""
+    if type(sampler) is not RandomSampler or not (reseed or _is_plain(sampler)):
         return sampler
     return SeedableRandomSampler(
         sampler.data_source, replacement=sampler.replacement,
@@ -90,10 +100,11 @@ def _seedable(sampler: Any, data_seed: int | None, num_processes: int) -> Any:
         data_seed=_shared_seed(data_seed, sampler, num_processes))
 
 
-def _with_index_sampler(batch_sampler: Any, data_seed: int | None, num_processes: int) -> Any:
+def _with_index_sampler(batch_sampler: Any, data_seed: int | None, num_processes: int,
+                        reseed: bool) -> Any:
     """``batch_sampler`` with its index sampler made seedable (a copy; the user's is untouched)."""
     inner = getattr(batch_sampler, "sampler", None)
-    replaced = _seedable(inner, data_seed, num_processes)
+    replaced = _seedable(inner, data_seed, num_processes, reseed)
     if replaced is inner:
         return batch_sampler
     if type(batch_sampler) is BatchSampler:
@@ -130,8 +141,7 @@ def _prepare_map(dataloader: DataLoader, num_processes: int, process_index: int,
                  data_seed: int | None, kwargs: dict[str, Any]) -> dict[str, Any]:
     """Keyword arguments of the shard loader for a map-style dataset."""
     def shard(batch_sampler: Any) -> Any:
-        if reseed:
-            batch_sampler = _with_index_sampler(batch_sampler, data_seed, num_processes)
+        batch_sampler = _with_index_sampler(batch_sampler, data_seed, num_processes, reseed)
         if num_processes == 1:
             return batch_sampler
         return BatchSamplerShard(batch_sampler, num_processes, process_index, split_batches,
@@ -142,8 +152,7 @@ def _prepare_map(dataloader: DataLoader, num_processes: int, process_index: int,
         return dict(kwargs, batch_sampler=shard(dataloader.batch_sampler))
     if isinstance(dataloader.sampler, BatchSampler):  # batches built by the sampler itself
         return dict(kwargs, sampler=shard(dataloader.sampler), batch_size=None)
-    sampler = _seedable(dataloader.sampler, data_seed, num_processes) if reseed else \
-        dataloader.sampler
+    sampler = _seedable(dataloader.sampler, data_seed, num_processes, reseed)
     if num_processes > 1:
         if split_batches:
             raise ConfigurationError(
@@ -165,13 +174,10 @@ def _dispatch_kwargs(dataloader: DataLoader, num_processes: int, split_batches: 
     if isinstance(dataloader.dataset, IterableDataset):
         return dict(kwargs, batch_size=dataloader.batch_size, drop_last=dataloader.drop_last)
     if dataloader.batch_sampler is not None:
-        batch_sampler = dataloader.batch_sampler
-        if reseed:
-            batch_sampler = _with_index_sampler(batch_sampler, data_seed, num_processes)
+        batch_sampler = _with_index_sampler(dataloader.batch_sampler, data_seed, num_processes,
+                                            reseed)
         return dict(kwargs, batch_sampler=batch_sampler)
-    sampler = dataloader.sampler
-    if reseed:
-        sampler = _seedable(sampler, data_seed, num_processes)
+    sampler = _seedable(dataloader.sampler, data_seed, num_processes, reseed)
     return dict(kwargs, sampler=sampler, batch_size=None)
 
 
@@ -201,10 +207,14 @@ def prepare_data_loader(dataloader: DataLoader, device: torch.device | str | Non
     it is initialised, else 1/0. Map-style datasets are sharded by batch
     (``BatchSamplerShard``), iterable ones by item (``IterableDatasetShard``), unless
     ``dispatch_batches`` (default: on for an ``IterableDataset`` with several processes)
-    makes rank 0 read and send the batches (``DataLoaderDispatcher``). With several
-    processes (or ``use_seedable_sampler``/``data_seed``), a plain ``RandomSampler`` is
-    replaced by a ``SeedableRandomSampler`` seeded alike on every rank, so the shards are
-    disjoint. ``put_on_device=True`` moves each batch to ``device``.
+    makes rank 0 read and send the batches (``DataLoaderDispatcher``). A plain
+    ``RandomSampler`` (``shuffle=True``) always becomes a ``SeedableRandomSampler`` (unlike
+    Accelerate, which needs ``use_seedable_sampler``): exact mid-epoch resume is a promise
+    of ours. Its seed is ``data_seed``, else the user generator's seed, else one draw from
+    the global RNG now (one process) or rank 0's seed (several), so the shards are
+    disjoint and ``state_dict()`` records it. Other ``RandomSampler`` samplers (replacement,
+    ``num_samples``) are replaced with several processes or ``use_seedable_sampler``/
+    ``data_seed``. ``put_on_device=True`` moves each batch to ``device``.
 
     Arguments after ``put_on_device`` are keyword-only: Accelerate's positional order
     continues with ``rng_types`` and ``dispatch_batches``, which a positional call must not
@@ -230,7 +240,8 @@ def prepare_data_loader(dataloader: DataLoader, device: torch.device | str | Non
     kwargs = _carried_kwargs(dataloader)
     reseed = not iterable and (num_processes > 1 or use_seedable_sampler
                                or data_seed is not None)
-    common = {"device": device if put_on_device else None, "non_blocking": non_blocking}
+    common = {"device": device if put_on_device else None, "non_blocking": non_blocking,
+              "loader_seed": data_seed}
     if dispatch_batches and num_processes > 1:
         from accel_data.dispatcher import DataLoaderDispatcher
 

@@ -18,6 +18,24 @@ __all__ = ["SeedableRandomSampler", "SkipBatchSampler", "get_sampler"]
 
 _MASK64 = (1 << 64) - 1
 _GOLDEN64 = 0x9E3779B97F4A7C15  # odd 64-bit constant: spreads consecutive epochs apart
+_LOADER_SALT = 0xD1B54A32D192ED03  # keeps the loader's stream apart from the sampler's
+
+
+def draw_seed() -> int:
+    """One draw from the global torch RNG (as torch's own samplers draw their seeds)."""
+    return int(torch.empty((), dtype=torch.int64).random_().item())
+
+
+def pass_seed(seed: int, epoch: int) -> int:
+    """Seed of a prepared loader's own generator for ``epoch`` (worker base seeds).
+
+    A splitmix64 finaliser over ``(seed, epoch)``: differs per epoch and from the
+    sampler's permutation seed of the same epoch.
+    """
+    z = (int(seed) + _LOADER_SALT + int(epoch) * _GOLDEN64) & _MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return (z ^ (z >> 31)) & ((1 << 63) - 1)
 
 
 class SeedableRandomSampler(RandomSampler):

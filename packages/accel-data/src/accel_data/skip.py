@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import torch
 from accel_state.errors import ConfigurationError
 from torch.utils.data import DataLoader, IterableDataset
 
@@ -49,7 +50,9 @@ def skip_first_batches(dataloader: DataLoader, num_batches: int = 0) -> DataLoad
     if isinstance(dataloader, DataLoaderShard):
         clone = copy.copy(dataloader)
         clone._iterator = None  # never share a (persistent-workers) iterator
+        clone.generator = torch.Generator()  # nor the generator re-seeded every pass
         clone._yielded = 0
+        clone._pending_finish = None
         clone._origin = getattr(dataloader, "_origin", None) or dataloader
         clone.set_skip_batches(num_batches)
         return clone
