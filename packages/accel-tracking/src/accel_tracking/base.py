@@ -14,7 +14,8 @@ import warnings
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-__all__ = ["GeneralTracker", "on_main_process", "is_main_process", "as_number", "flatten"]
+__all__ = ["GeneralTracker", "InitRunTracker", "on_main_process", "is_main_process", "as_number",
+           "flatten"]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -143,3 +144,39 @@ def skip_warning(tracker: str, key: str, value: Any, reason: str) -> None:
     warnings.warn(f"{tracker} tracker: dropped {key!r}, a {type(value).__name__}: {reason}.",
                   stacklevel=3)
 
+
+class InitRunTracker(GeneralTracker):
+    """Backends shaped like wandb: ``sdk.init(project=run_name, **kwargs)`` gives a run;
+    ``log`` and ``finish`` go through the SDK module (wandb, SwanLab, Trackio)."""
+
+    requires_logging_directory = False
+
+    def __init__(self, run_name: str, **kwargs: Any) -> None:
+        super().__init__()
+        self.run_name = run_name
+        self.init_kwargs = kwargs
+        self.run: Any = None
+
+    @property
+    def tracker(self) -> Any:
+        return self.run
+
+    @on_main_process
+    def start(self) -> None:
+        self.run = self.require_sdk().init(project=self.run_name, **self.init_kwargs)
+
+    @on_main_process
+    def store_init_configuration(self, values: dict[str, Any]) -> None:
+        config = getattr(self.run, "config", None)
+        if config is None:
+            config = self.require_sdk().config
+        config.update(values)
+
+    @on_main_process
+    def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
+        self.require_sdk().log(values, step=step, **kwargs)
+
+    @on_main_process
+    def finish(self) -> None:
+        if self.run is not None:
+            self.require_sdk().finish()

@@ -9,7 +9,13 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from accel_tracking.base import GeneralTracker, as_number, on_main_process, skip_warning
+from accel_tracking.base import (
+    GeneralTracker,
+    InitRunTracker,
+    as_number,
+    on_main_process,
+    skip_warning,
+)
 
 __all__ = ["CometMLTracker", "AimTracker", "ClearMLTracker", "SwanLabTracker", "TrackioTracker"]
 
@@ -191,43 +197,7 @@ class ClearMLTracker(GeneralTracker):
             self.task.close()
 
 
-class _ModuleRunTracker(GeneralTracker):
-    """SwanLab and Trackio share wandb's shape: ``init(project=...)``, ``log``, ``finish``."""
-
-    requires_logging_directory = False
-
-    def __init__(self, run_name: str, **kwargs: Any) -> None:
-        super().__init__()
-        self.run_name = run_name
-        self.init_kwargs = kwargs
-        self.run: Any = None
-
-    @property
-    def tracker(self) -> Any:
-        return self.run
-
-    @on_main_process
-    def start(self) -> None:
-        self.run = self.require_sdk().init(project=self.run_name, **self.init_kwargs)
-
-    @on_main_process
-    def store_init_configuration(self, values: dict[str, Any]) -> None:
-        config = getattr(self.run, "config", None)
-        if config is None:
-            config = self.require_sdk().config
-        config.update(values)
-
-    @on_main_process
-    def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
-        self.require_sdk().log(values, step=step, **kwargs)
-
-    @on_main_process
-    def finish(self) -> None:
-        if self.run is not None:
-            self.require_sdk().finish()
-
-
-class SwanLabTracker(_ModuleRunTracker):
+class SwanLabTracker(InitRunTracker):
     """Log to a SwanLab experiment (``swanlab.init(project=run_name, **kwargs)``)."""
 
     name = "swanlab"
@@ -240,7 +210,7 @@ class SwanLabTracker(_ModuleRunTracker):
                      for key, images in values.items()}, step=step, **kwargs)
 
 
-class TrackioTracker(_ModuleRunTracker):
+class TrackioTracker(InitRunTracker):
     """Log to a Trackio project (``trackio.init(project=run_name, **kwargs)``), local by default."""
 
     name = "trackio"

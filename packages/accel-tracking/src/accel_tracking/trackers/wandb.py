@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from accel_tracking.base import GeneralTracker, on_main_process
+from accel_tracking.base import InitRunTracker, on_main_process
 
 __all__ = ["WandBTracker"]
 
 
-class WandBTracker(GeneralTracker):
+class WandBTracker(InitRunTracker):
     """Log to a wandb run.
 
     Args:
@@ -18,24 +18,8 @@ class WandBTracker(GeneralTracker):
     """
 
     name = "wandb"
-    requires_logging_directory = False
     package = "wandb"
     extra = "wandb"
-
-    def __init__(self, run_name: str, **kwargs: Any) -> None:
-        super().__init__()
-        self.run_name = run_name
-        self.init_kwargs = kwargs
-        self.run: Any = None
-
-    @property
-    def tracker(self) -> Any:
-        return self.run
-
-    @on_main_process
-    def start(self) -> None:
-        wandb = self.require_sdk()
-        self.run = wandb.init(project=self.run_name, **self.init_kwargs)
 
     @on_main_process
     def store_init_configuration(self, values: dict[str, Any]) -> None:
