@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 from pathlib import Path
 
 import pytest
 import torch
 from accel_tracking import TrackerGroup, build_trackers
 from accel_tracking.testing import (
+    read_clearml_offline_session,
+    read_comet_offline_archives,
     read_dvclive_metrics,
     read_mlflow_runs,
     read_tensorboard_scalars,
@@ -104,13 +107,107 @@ def test_dvclive_metrics_and_params_files(tmp_path, monkeypatch):
     assert not (tmp_path / ".dvc").exists() and not os.path.exists("dvc.yaml")
 
 
-@pytest.mark.parametrize("name", ["comet_ml", "aim", "clearml", "swanlab", "trackio"])
+@pytest.fixture
+def no_network(monkeypatch):
+    """Refuse (and record) every IP connection and name lookup made during the test."""
+    attempts: list[object] = []
+    real_connect, real_connect_ex = socket.socket.connect, socket.socket.connect_ex
+
+    def refuse(address):
+        attempts.append(address)
+        raise OSError(f"network access during an offline test: {address!r}")
+
+    def connect(self, address):
+        if self.family in (socket.AF_INET, socket.AF_INET6):
+            refuse(address)
+        return real_connect(self, address)
+
+    def connect_ex(self, address):
+        if self.family in (socket.AF_INET, socket.AF_INET6):
+            refuse(address)
+        return real_connect_ex(self, address)
+
+    def getaddrinfo(host, *args, **kwargs):
+        refuse(host)
+
+    monkeypatch.setattr(socket.socket, "connect", connect)
+    monkeypatch.setattr(socket.socket, "connect_ex", connect_ex)
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    return attempts
+
+
+def test_comet_offline_archive_holds_metrics_steps_and_parameters(tmp_path, monkeypatch,
+                                                                 no_network):
+    # Comet's own variable: on half of its imports comet_ml reports its errors to Sentry.
+    monkeypatch.setenv("COMET_ERROR_TRACKING_ENABLE", "false")
+    comet_ml = pytest.importorskip("comet_ml")
+    monkeypatch.chdir(tmp_path)  # Comet's default offline directory is relative
+    offline_dir = tmp_path / "comet"
+    config = comet_ml.ExperimentConfig(
+        offline_directory=str(offline_dir), display_summary_level=0, log_code=False,
+        log_git_metadata=False, log_git_patch=False, log_env_details=False,
+        auto_output_logging=None)
+    group = run("comet_ml", "proj", online=False, experiment_config=config)
+    tracker = group.get("comet_ml")
+    group.log({"note": "hello", "grouped": {"a": 1, "b": 2}}, step=3)
+    group.finish()
+    (archive,) = read_comet_offline_archives(offline_dir)
+    assert archive["offline_id"] == tracker.writer.id and archive["project_name"] == "proj"
+    assert archive["metrics"]["loss"] == [(0, 1.0), (1, 0.5), (2, 0.25)]
+    assert archive["metrics"]["lr"] == [(0, 0.01), (1, 0.02), (2, 0.03)]
+    assert archive["metrics"]["a"] == [(3, 1)] and archive["metrics"]["b"] == [(3, 2)]
+    params = archive["parameters"]
+    assert params["lr"] == 0.01 and params["epochs"] == 3
+    assert params["optimizer|name"] == "adamw" and params["optimizer|betas"] == [0.9, 0.99]
+    assert archive["others"]["note"] == "hello"
+    assert no_network == [] and os.listdir(tmp_path) == ["comet"]
+
+
+CLEARML_FRAMEWORKS = ["matplotlib", "tensorflow", "tensorboard", "pytorch", "xgboost", "scikit",
+                      "fastai", "lightgbm", "hydra", "detect_repository", "tfdefines", "joblib",
+                      "megengine", "catboost", "gradio"]  # Task.init's documented keys
+
+
+def test_clearml_offline_session_holds_scalars_steps_and_configuration(tmp_path, monkeypatch,
+                                                                      no_network):
+    # ClearML's own variables: its cache (the offline sessions) and a configuration file
+    # that keeps the reporter in a thread (its subprocess reporter waits ~10 s on close).
+    monkeypatch.setenv("CLEARML_CACHE_DIR", str(tmp_path / "cache"))
+    conf = tmp_path / "clearml.conf"
+    conf.write_text("sdk { development { report_use_subprocess: false } }\n")
+    monkeypatch.setenv("CLEARML_CONFIG_FILE", str(conf))
+    pytest.importorskip("clearml")
+    monkeypatch.chdir(tmp_path)
+    # Bind no framework (ClearML would patch torch.save for the rest of the session) and
+    # skip repository detection, which also asks updates.clear.ml for a newer release.
+    frameworks = dict.fromkeys(CLEARML_FRAMEWORKS, False)
+    group = run("clearml", "proj", offline=True, auto_connect_frameworks=frameworks,
+                auto_connect_arg_parser=False, auto_connect_streams=False,
+                auto_resource_monitoring=False)
+    task = group.get("clearml", unwrap=True)
+    group.log({"train/loss": 0.125, "final": 7}, step=None)  # no step: single values
+    group.log({"train/loss": 0.5}, step=3)
+    group.get("clearml").log_table("preds/val", columns=["x", "y"], data=[[1, 2]], step=3)
+    folder = Path(task.get_offline_mode_folder())
+    group.finish()
+    assert folder.parent == tmp_path / "cache" / "offline"
+    for stored in (folder, folder.with_suffix(".zip")):
+        session = read_clearml_offline_session(stored)
+        assert session["id"] == task.id and session["name"] == "proj"
+        assert session["scalars"]["loss"]["loss"] == [(0, 1.0), (1, 0.5), (2, 0.25)]
+        assert [step for step, _ in session["scalars"]["lr"]["lr"]] == [0, 1, 2]
+        assert session["scalars"]["train"]["loss"] == [(3, 0.5)]
+        assert session["single_values"] == {"train/loss": 0.125, "final": 7}
+        assert session["configuration"]["General"] == CONFIG
+    assert no_network == []
+
+
+@pytest.mark.parametrize("name", ["aim", "swanlab", "trackio"])
 def test_other_backends_start_log_finish_when_installed(name, tmp_path, monkeypatch):
     """Only where the SDK is installed (none is in the development environment)."""
     pytest.importorskip(name)
     monkeypatch.chdir(tmp_path)
-    kwargs = {"comet_ml": {"online": False}, "clearml": {}, "aim": {}, "swanlab":
-              {"mode": "offline"}, "trackio": {}}[name]
+    kwargs = {"aim": {}, "swanlab": {"mode": "offline"}, "trackio": {}}[name]
     group = run(name, "proj", tmp_path if name == "aim" else None, **kwargs)
     group.finish()
     assert group.failures() == {}

@@ -10,10 +10,11 @@ import glob
 import json
 import os
 import struct
+import zipfile
 from typing import Any
 
 __all__ = ["read_tensorboard_scalars", "read_wandb_offline_runs", "read_mlflow_runs",
-           "read_dvclive_metrics"]
+           "read_dvclive_metrics", "read_comet_offline_archives", "read_clearml_offline_session"]
 
 _WANDB_BLOCK = 32768
 _WANDB_HEADER = 7  # ":W&B", a 2-byte magic number, a 1-byte version
@@ -118,3 +119,84 @@ def read_dvclive_metrics(live_dir: str | os.PathLike[str]) -> dict[str, list[tup
         name = os.path.relpath(path, root)[:-len(".tsv")].replace(os.sep, "/")
         metrics[name] = [(int(row[step]), float(row[value])) for row in rows]
     return metrics
+
+
+def _archive_text(path: str, member: str) -> str:
+    """``member`` of a zip archive or of a folder, as text."""
+    if os.path.isdir(path):
+        with open(os.path.join(path, member), encoding="utf-8") as file:
+            return file.read()
+    with zipfile.ZipFile(path) as archive:
+        return archive.read(member).decode("utf-8")
+
+
+def read_comet_offline_archives(offline_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Each Comet offline archive (``*.zip``) in ``offline_dir``, oldest first.
+
+    ``{"path", "offline_id", "project_name", "parameters": {name: value},
+    "metrics": {name: [(step, value), ...]}, "others": {key: value}}``; nested
+    parameters keep Comet's ``outer|inner`` names.
+    """
+    archives = sorted(glob.glob(os.path.join(os.fspath(offline_dir), "*.zip")),
+                      key=os.path.getmtime)
+    result = []
+    for path in archives:
+        experiment = json.loads(_archive_text(path, "experiment.json"))
+        found: dict[str, Any] = {"path": path, "offline_id": experiment.get("offline_id"),
+                                 "project_name": experiment.get("project_name"),
+                                 "parameters": {}, "metrics": {}, "others": {}}
+        for line in _archive_text(path, "messages.json").splitlines():
+            if not line.strip():
+                continue
+            message = json.loads(line)
+            payload = message.get("payload", {})
+            if message.get("type") == "metric_msg":
+                metric = payload["metric"]
+                found["metrics"].setdefault(metric["metricName"], []).append(
+                    (metric["step"], metric["metricValue"]))
+            elif message.get("type") == "parameter_msg":
+                param = payload.get("param") or payload.get("params") or {}
+                found["parameters"][param["paramName"]] = param["paramValue"]
+            elif message.get("type") == "log_other":
+                found["others"][payload["key"]] = payload["value"]
+        result.append(found)
+    return result
+
+
+_CLEARML_SINGLE_VALUE_ITERATION = -2**31  # where report_single_value puts its values
+
+
+def read_clearml_offline_session(session: str | os.PathLike[str]) -> dict[str, Any]:
+    """A ClearML offline session (its folder or its ``.zip``).
+
+    ``{"id", "name", "project", "configuration": {name: dict or text},
+    "scalars": {title: {series: [(iteration, value), ...]}}, "single_values": {name: value}}``.
+    Configuration dictionaries are HOCON text in the session; they are parsed with
+    ClearML's own parser.
+    """
+    path = os.fspath(session)
+    task = json.loads(_archive_text(path, "task.json"))
+    scalars: dict[str, dict[str, list[tuple[int, float]]]] = {}
+    single_values: dict[str, float] = {}
+    for line in _archive_text(path, "metrics.jsonl").splitlines():
+        if not line.strip():
+            continue
+        batch = json.loads(line)
+        for event in batch if isinstance(batch, list) else [batch]:
+            if event.get("type") != "training_stats_scalar":
+                continue
+            if event["iter"] == _CLEARML_SINGLE_VALUE_ITERATION:
+                single_values[event["variant"]] = event["value"]
+            else:
+                scalars.setdefault(event["metric"], {}).setdefault(event["variant"], []).append(
+                    (event["iter"], event["value"]))
+    configuration = {}
+    for name, item in (task.get("configuration") or {}).items():
+        value = item.get("value")
+        if item.get("type") == "dictionary" and isinstance(value, str):
+            from clearml.utilities.config import text_to_config_dict
+
+            value = json.loads(json.dumps(text_to_config_dict(value)))
+        configuration[name] = value
+    return {"id": task.get("id"), "name": task.get("name"), "project": task.get("project_name"),
+            "configuration": configuration, "scalars": scalars, "single_values": single_values}

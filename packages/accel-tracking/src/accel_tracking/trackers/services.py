@@ -1,7 +1,8 @@
 """Comet, Aim, ClearML, SwanLab and Trackio: thin adapters over each SDK's run object.
 
-These SDKs are not in the development environment; each tracker raises
-MissingDependencyError with its install line when started without its package.
+Each tracker raises MissingDependencyError with its install line when started without
+its package. Comet (``online=False``) and ClearML (``offline=True``) are tested against
+their offline archives; Aim, SwanLab and Trackio follow their documented APIs.
 """
 
 from __future__ import annotations
@@ -21,7 +22,12 @@ __all__ = ["CometMLTracker", "AimTracker", "ClearMLTracker", "SwanLabTracker", "
 
 
 class CometMLTracker(GeneralTracker):
-    """Log to a Comet experiment (``comet_ml.start(project_name=run_name, **kwargs)``)."""
+    """Log to a Comet experiment (``comet_ml.start(project_name=run_name, **kwargs)``).
+
+    ``online=False`` writes an offline archive (a zip) to Comet's offline directory
+    (``experiment_config=comet_ml.ExperimentConfig(offline_directory=...)`` or
+    ``COMET_OFFLINE_DIRECTORY``), uploaded later with ``comet upload``.
+    """
 
     name = "comet_ml"
     requires_logging_directory = False
@@ -124,16 +130,25 @@ class AimTracker(GeneralTracker):
 
 
 class ClearMLTracker(GeneralTracker):
-    """Log to a ClearML task (the current one when the script already runs inside a task)."""
+    """Log to a ClearML task (the current one when the script already runs inside a task).
+
+    ``offline=True`` calls ``Task.set_offline(True)`` before ``Task.init``: nothing is sent,
+    the session is stored under ClearML's cache directory (``CLEARML_CACHE_DIR``) in
+    ``offline/<task id>`` plus a zip, for ``Task.import_offline_session`` later. ClearML's
+    offline switch is process-wide and stays on after :meth:`finish` (switching back
+    would reconnect every session).
+    """
 
     name = "clearml"
     requires_logging_directory = False
     package = "clearml"
     extra = "clearml"
 
-    def __init__(self, run_name: str | None = None, **kwargs: Any) -> None:
+    def __init__(self, run_name: str | None = None, offline: bool = False,
+                 **kwargs: Any) -> None:
         super().__init__()
         self.run_name = run_name
+        self.offline = bool(offline)
         self.init_kwargs = kwargs
         self.task: Any = None
         self._owns_task = False
@@ -145,6 +160,8 @@ class ClearMLTracker(GeneralTracker):
     @on_main_process
     def start(self) -> None:
         task_class = self.require_sdk().Task
+        if self.offline:
+            task_class.set_offline(True)
         self.task = task_class.current_task()
         if self.task is None:
             kwargs = dict(self.init_kwargs)
