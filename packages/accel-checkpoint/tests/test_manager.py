@@ -4,6 +4,7 @@ checkpoints, rotation, asynchronous saves, and the `accel checkpoint` verbs."""
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import random
 import shutil
@@ -84,11 +85,34 @@ def test_layout_is_manifest_safetensors_and_json_without_pickles(tmp_path):
                      "optimizer.safetensors", "random_states_0.json",
                      "random_states_0.safetensors"]
     manifest = json.loads((path / "manifest.json").read_text())
-    assert manifest["format_version"] == 1 and manifest["step"] == 7
+    assert manifest["format_version"] == 2 and manifest["step"] == 7
     assert manifest["world_size"] == 1 and "torch" in manifest["libraries"]
     assert set(manifest["files"]) == set(names) - {"manifest.json"}
     assert all(len(f["sha256"]) == 64 and f["size"] > 0 for f in manifest["files"].values())
+    assert all(len(f["chunks"]) == -(-f["size"] // f["chunk_size"]) and
+               all(len(c) == 64 for c in f["chunks"]) for f in manifest["files"].values())
     assert not list(tmp_path.glob("*.tmp-*"))
+
+
+def test_format_1_checkpoints_with_whole_file_sha256_still_load_and_verify(tmp_path):
+    model, optimizer, scheduler = _setup()
+    _train(model, optimizer, scheduler, 1)
+    path = save_checkpoint(tmp_path / "ckpt", {"model": model}, step=3)
+    manifest = json.loads((path / "manifest.json").read_text())
+    manifest["format_version"] = 1
+    manifest["files"] = {name: {"size": rec["size"],
+                                "sha256": hashlib.sha256((path / name).read_bytes()).hexdigest()}
+                         for name, rec in manifest["files"].items()}
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    fresh = _setup()[0]
+    load_checkpoint(path, {"model": fresh})
+    assert all(torch.equal(a, b) for a, b in zip(fresh.state_dict().values(),
+                                                 model.state_dict().values()))
+    data = bytearray((path / "model.safetensors").read_bytes())
+    data[-3] ^= 0x01
+    (path / "model.safetensors").write_bytes(bytes(data))
+    with pytest.raises(CorruptCheckpointError, match="model.safetensors.*sha256"):
+        load_checkpoint(path, {"model": fresh})
 
 
 def test_flipped_byte_is_refused_naming_the_file_and_nothing_changes(tmp_path, capsys):

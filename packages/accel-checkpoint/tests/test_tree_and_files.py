@@ -82,3 +82,16 @@ def test_reader_names_a_flipped_or_truncated_file(tmp_path):
     path.write_bytes(bytes(data[:-4]))
     with pytest.raises(CorruptCheckpointError, match="size"):
         read_safetensors(path, FileRecord(record.size, record.sha256))
+
+
+def test_chunked_digests_name_the_damaged_chunk(tmp_path):
+    from accel_checkpoint.manifest import check_bytes, record_of
+
+    data = bytearray(range(256)) * 4
+    record = record_of(bytes(data), chunk_size=100)
+    assert len(record.chunks) == 11 and record.size == len(data)
+    check_bytes("f", bytes(data), record)  # intact: no error
+    data[250] ^= 0x01
+    with pytest.raises(CorruptCheckpointError, match=r"chunk 2 \(bytes 200-300\)"):
+        check_bytes("f", bytes(data), record)
+    assert record_of(b"").chunks == ()

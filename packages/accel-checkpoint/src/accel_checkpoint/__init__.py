@@ -42,6 +42,11 @@ _EXPORTS = {
     "convert_bytes": "accel_checkpoint.weights",
     "save": "accel_checkpoint.weights",
     "load": "accel_checkpoint.weights",
+    "save_sharded_state": "accel_checkpoint.sharded",
+    "load_sharded_state": "accel_checkpoint.sharded",
+    "LoadedShardedState": "accel_checkpoint.sharded",
+    "merge_fsdp_weights": "accel_checkpoint.merge",
+    "load_full_state_dict": "accel_checkpoint.merge",
 }
 
 __all__ = [*_EXPORTS, "__version__"]
@@ -65,7 +70,9 @@ if TYPE_CHECKING:
         list_checkpoints,
         verify_checkpoint,
     )
+    from accel_checkpoint.merge import load_full_state_dict, merge_fsdp_weights
     from accel_checkpoint.project import ProjectConfiguration
+    from accel_checkpoint.sharded import LoadedShardedState, load_sharded_state, save_sharded_state
     from accel_checkpoint.weights import (
         clean_state_dict_for_safetensors,
         convert_bytes,

@@ -11,7 +11,7 @@ from __future__ import annotations
 #: Name and version of the manifest format written by this package.
 MANIFEST_NAME = "manifest.json"
 FORMAT_NAME = "accel-checkpoint"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: per-chunk sha256 (HASH_CHUNK); 1 (whole-file sha256) still read
 #: Infix of the temporary sibling directory a save writes into before the atomic rename.
 TMP_INFIX = ".tmp-"
 #: Infix of the directory an overwritten checkpoint is parked in during the swap.

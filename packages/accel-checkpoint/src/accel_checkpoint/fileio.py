@@ -2,31 +2,38 @@
 
 The safetensors files are written here rather than through ``safetensors.torch.save_file``
 so each byte is touched once: tensor memory goes straight to the file (no intermediate
-``bytes``) while a second thread computes the sha256 the manifest needs, and reading
-fills one buffer that is hashed as it arrives and then viewed as tensors without a copy.
+``bytes``) while a thread pool hashes the same memory in ``HASH_CHUNK`` pieces for the
+manifest. Reading maps the file copy-on-write (no read copy, no fresh allocation), checks
+every chunk's sha256 in parallel, and only then views the mapping as tensors.
 The files follow the safetensors format (8-byte little-endian header length, JSON header,
 raw little-endian data) and load with any safetensors reader.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import queue
-import threading
-from collections.abc import Iterable
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from accel_checkpoint.errors import CorruptCheckpointError
-from accel_checkpoint.manifest import FileRecord
+from accel_checkpoint.manifest import (
+    HASH_CHUNK,
+    FileRecord,
+    check_bytes,
+    chunk_digest,
+    chunked_record,
+    hash_pool,
+    map_file,
+    record_of,
+)
 
 __all__ = ["write_safetensors", "read_safetensors", "write_json", "read_json"]
 
-_CHUNK = 32 * 2**20
+_WRITE = 64 * 2**20  # bytes per write() call
 _DTYPE_CODES: dict[torch.dtype, str] = {
     torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
     torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8",
@@ -39,32 +46,34 @@ for _name, _code in (("float8_e4m3fn", "F8_E4M3"), ("float8_e5m2", "F8_E5M2"),
 _CODE_DTYPES = {code: dtype for dtype, code in _DTYPE_CODES.items()}
 
 
-class _Hasher:
-    """sha256 computed on a worker thread (hashlib releases the GIL on large buffers)."""
+class _ChunkHasher:
+    """Cuts a stream of buffers at ``HASH_CHUNK`` boundaries and hashes each full chunk
+    on the pool while the caller goes on writing (the buffers must stay unchanged)."""
 
     def __init__(self) -> None:
-        self._sha = hashlib.sha256()
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._run, name="accel-checkpoint-sha256",
-                                        daemon=True)
-        self._thread.start()
+        self._pieces: list[memoryview] = []
+        self._filled = 0
+        self._size = 0
+        self._futures: list[Future[bytes]] = []
 
-    def _run(self) -> None:
-        while (chunk := self._queue.get()) is not None:
-            self._sha.update(chunk)
+    def update(self, view: memoryview) -> None:
+        self._size += len(view)
+        while len(view):
+            take = min(len(view), HASH_CHUNK - self._filled)
+            self._pieces.append(view[:take])
+            self._filled += take
+            view = view[take:]
+            if self._filled == HASH_CHUNK:
+                self._flush()
 
-    def update(self, chunk: Any) -> None:
-        self._queue.put(chunk)
+    def _flush(self) -> None:
+        if self._pieces:
+            self._futures.append(hash_pool().submit(chunk_digest, self._pieces))
+        self._pieces, self._filled = [], 0
 
-    def hexdigest(self) -> str:
-        self._queue.put(None)
-        self._thread.join()
-        return self._sha.hexdigest()
-
-
-def _chunks(view: memoryview) -> Iterable[memoryview]:
-    for start in range(0, len(view), _CHUNK):
-        yield view[start:start + _CHUNK]
+    def record(self) -> FileRecord:
+        self._flush()
+        return chunked_record(self._size, HASH_CHUNK, [f.result() for f in self._futures])
 
 
 def _as_bytes(tensor: torch.Tensor) -> memoryview:
@@ -108,22 +117,21 @@ def write_safetensors(path: str | os.PathLike[str], tensors: dict[str, torch.Ten
                       metadata: dict[str, str] | None = None) -> FileRecord:
     """Write ``tensors`` as a safetensors file, fsync it, and return its size and sha256."""
     head, order = _header(tensors, metadata)
-    hasher = _Hasher()
-    size = 0
+    hasher = _ChunkHasher()
     with open(path, "wb", buffering=0) as handle:
-        for chunk in (memoryview(head), *(_as_bytes(tensors[n]) for n in order)):
-            for piece in _chunks(chunk):
-                hasher.update(piece)
+        for view in (memoryview(head), *(_as_bytes(tensors[n]) for n in order)):
+            hasher.update(view)
+            for start in range(0, len(view), _WRITE):
+                piece = view[start:start + _WRITE]
                 written = 0
                 while written < len(piece):
                     written += handle.write(piece[written:])
-                size += len(piece)
         os.fsync(handle.fileno())
-    return FileRecord(size, hasher.hexdigest())
+    return hasher.record()
 
 
-def _read_verified(path: Path, expected: FileRecord | None) -> bytearray:
-    """The whole file, its sha256 checked against ``expected`` while it is read."""
+def _read_verified(path: Path, expected: FileRecord | None) -> Any:
+    """The file's bytes (a copy-on-write mapping), checked against ``expected`` first."""
     try:
         size = path.stat().st_size
     except FileNotFoundError:
@@ -131,24 +139,10 @@ def _read_verified(path: Path, expected: FileRecord | None) -> bytearray:
     if expected is not None and size != expected.size:
         raise CorruptCheckpointError(path, f"size is {size} bytes but the manifest says "
                                      f"{expected.size}: the file is truncated or was changed")
-    buffer = bytearray(size)
-    view = memoryview(buffer)
-    hasher = _Hasher() if expected is not None else None
-    with open(path, "rb", buffering=0) as handle:
-        done = 0
-        while done < size:
-            got = handle.readinto(view[done:done + _CHUNK])
-            if not got:
-                raise CorruptCheckpointError(path, "the file shrank while it was read")
-            if hasher is not None:
-                hasher.update(view[done:done + got])
-            done += got
-    if hasher is not None and expected is not None:
-        digest = hasher.hexdigest()
-        if digest != expected.sha256:
-            raise CorruptCheckpointError(path, f"sha256 is {digest} but the manifest says "
-                                         f"{expected.sha256}: the file is corrupted")
-    return buffer
+    data = map_file(path)
+    if expected is not None:
+        check_bytes(path, data, expected)
+    return data
 
 
 def read_safetensors(path: str | os.PathLike[str], expected: FileRecord | None = None
@@ -157,6 +151,8 @@ def read_safetensors(path: str | os.PathLike[str], expected: FileRecord | None =
     path = Path(path)
     buffer = _read_verified(path, expected)
     try:
+        if len(buffer) < 8:
+            raise ValueError(f"only {len(buffer)} bytes")
         length = int.from_bytes(buffer[:8], "little")
         header = json.loads(bytes(buffer[8:8 + length]))
     except (ValueError, UnicodeDecodeError) as exc:
@@ -172,6 +168,8 @@ def read_safetensors(path: str | os.PathLike[str], expected: FileRecord | None =
         if end - begin == 0:
             tensors[name] = torch.empty(info["shape"], dtype=dtype)
             continue
+        # Views of the mapping (it stays alive as long as a tensor does); writes to them
+        # (an optimizer step) copy the touched pages and never reach the file.
         raw = torch.frombuffer(buffer, dtype=torch.uint8, count=end - begin, offset=base + begin)
         if (base + begin) % dtype.itemsize:  # written by another tool, unaligned: copy
             raw = raw.clone()
@@ -186,7 +184,7 @@ def write_json(path: str | os.PathLike[str], value: Any) -> FileRecord:
         handle.write(data)
         handle.flush()
         os.fsync(handle.fileno())
-    return FileRecord(len(data), hashlib.sha256(data).hexdigest())
+    return record_of(data)
 
 
 def read_json(path: str | os.PathLike[str], expected: FileRecord | None = None) -> Any:

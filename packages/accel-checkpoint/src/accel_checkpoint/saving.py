@@ -16,12 +16,14 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import threading
 import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
 from accel_state import env
 from accel_state.random import capture_rng_state
 
@@ -32,7 +34,8 @@ from accel_checkpoint.fileio import write_json, write_safetensors
 from accel_checkpoint.manifest import FileRecord, Manifest, fsync_dir, library_versions
 from accel_checkpoint.tree import flatten_state
 
-__all__ = ["Part", "snapshot", "write_parts", "run_save", "DATA_NAME", "rng_name", "check_name"]
+__all__ = ["Part", "snapshot", "write_parts", "run_save", "DATA_NAME", "rng_name", "check_name",
+           "release_snapshot_buffers"]
 
 DATA_NAME = "_data"
 _RNG_PREFIX = "random_states_"
@@ -65,8 +68,39 @@ class Part:
     rank: int | None = None
 
 
+# Async saves copy the state into these CPU buffers, kept from one save to the next: a
+# copy into memory already faulted in runs ~4x faster than into a fresh allocation.
+# Safe to reuse because every save first waits for the previous async save to finish.
+_BUFFERS: dict[tuple[str, str], torch.Tensor] = {}
+_BUFFERS_LOCK = threading.Lock()
+
+
+def _copy_to_buffers(name: str, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    out: dict[str, torch.Tensor] = {}
+    with _BUFFERS_LOCK:
+        for key, tensor in tensors.items():
+            buffer = _BUFFERS.get((name, key))
+            if (buffer is None or buffer.shape != tensor.shape or buffer.dtype != tensor.dtype
+                    or buffer.device.type != "cpu"):
+                buffer = torch.empty(tensor.shape, dtype=tensor.dtype,
+                                     pin_memory=tensor.device.type == "cuda")
+                _BUFFERS[(name, key)] = buffer
+            out[key] = buffer.copy_(tensor, non_blocking=True)
+        if any(t.device.type == "cuda" for t in tensors.values()):
+            torch.cuda.synchronize()
+    return out
+
+
+def release_snapshot_buffers() -> None:
+    """Free the CPU buffers kept for async saves (they hold a copy of the state)."""
+    with _BUFFERS_LOCK:
+        _BUFFERS.clear()
+
+
 def _part(name: str, kind: str, state: Any, copy: bool, rank: int | None = None) -> Part:
-    skeleton, tensors = flatten_state(state, copy=copy)
+    skeleton, tensors = flatten_state(state)
+    if copy:
+        tensors = _copy_to_buffers(name, tensors)
     flat = bool(tensors) and len(tensors) == len(skeleton) and isinstance(skeleton, dict) and all(
         isinstance(v, dict) and v.get("__tensor__") == k for k, v in skeleton.items())
     return Part(name, kind, skeleton, tensors, flat, rank)
@@ -94,26 +128,37 @@ def _test_delay() -> None:
 
 
 def write_parts(staging: Path, parts: list[Part]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Write every part; return ``(files, objects)`` records for the manifest (JSON-ready)."""
+    """Write every part; return ``(files, objects)`` records for the manifest (JSON-ready).
+
+    Sequential on purpose: writing parts on several threads measured slower (the chunk
+    hashing already keeps the cores busy)."""
     files: dict[str, Any] = {}
     objects: dict[str, Any] = {}
-    for part in parts:
-        entry: dict[str, Any] = {"kind": part.kind, "tensors": None, "json": None}
-        if part.rank is not None:
-            entry["rank"] = part.rank
-        if part.tensors:
-            name = f"{part.name}.safetensors"
-            record = write_safetensors(staging / name, part.tensors, {"format": "pt"})
-            files[name] = {"size": record.size, "sha256": record.sha256}
-            entry["tensors"] = name
-            _test_delay()
-        if not part.flat:
-            name = f"{part.name}.json"
-            record = write_json(staging / name, part.skeleton)
-            files[name] = {"size": record.size, "sha256": record.sha256}
-            entry["json"] = name
+    results = [_write_part(staging, part) for part in parts]
+    for part, (part_files, entry) in zip(parts, results):
+        files.update(part_files)
         objects[part.name] = entry
     return files, objects
+
+
+def _write_part(staging: Path, part: Part) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Write one part's safetensors and/or JSON file; ``(files, manifest entry)``."""
+    files: dict[str, Any] = {}
+    entry: dict[str, Any] = {"kind": part.kind, "tensors": None, "json": None}
+    if part.rank is not None:
+        entry["rank"] = part.rank
+    if part.tensors:
+        name = f"{part.name}.safetensors"
+        record = write_safetensors(staging / name, part.tensors, {"format": "pt"})
+        files[name] = record.to_json()
+        entry["tensors"] = name
+        _test_delay()
+    if not part.flat:
+        name = f"{part.name}.json"
+        record = write_json(staging / name, part.skeleton)
+        files[name] = record.to_json()
+        entry["json"] = name
+    return files, entry
 
 
 def _commit(staging: Path, final: Path, manifest: Manifest) -> None:
@@ -156,7 +201,7 @@ def run_save(final: Path, parts: list[Part], peers: Peers, step: int | None,
             objects.update(other_objects)
             ranks += [e["rank"] for e in other_objects.values() if "rank" in e]
         manifest = Manifest(
-            files={n: FileRecord(r["size"], r["sha256"]) for n, r in files.items()},
+            files={n: FileRecord.from_json(r) for n, r in files.items()},
             objects=objects, step=step, world_size=peers.world_size, ranks=sorted(ranks),
             created_unix=time.time(), libraries=library_versions(), metadata=metadata or {})
         _commit(staging, final, manifest)

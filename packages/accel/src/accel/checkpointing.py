@@ -32,6 +32,7 @@ from accel_checkpoint.manager import (
     wait_for_pending_saves,
 )
 from accel_checkpoint.manifest import latest_checkpoint, read_manifest
+from accel_checkpoint.merge import merge_fsdp_weights
 from accel_checkpoint.project import CHECKPOINT_PATTERN, ProjectConfiguration
 from accel_checkpoint.tree import flatten_state, unflatten_state
 from accel_checkpoint.weights import load_checkpoint_in_model, save, save_model_weights
@@ -44,7 +45,8 @@ __all__ = ["ProjectConfiguration", "save_accelerator_state", "load_accelerator_s
            "save_custom_state", "load_custom_state", "load_checkpoint_in_model",
            "init_checkpointing", "save_state", "load_state", "register_for_checkpointing",
            "register_save_state_pre_hook", "register_load_state_pre_hook", "save_model",
-           "get_state_dict", "wait_for_checkpoint", "CheckpointingMixin"]
+           "get_state_dict", "wait_for_checkpoint", "CheckpointingMixin",
+           "merge_fsdp_weights"]
 
 _AUTO_NAME = re.compile(r"checkpoint_(\d+)")
 

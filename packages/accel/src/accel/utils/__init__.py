@@ -25,6 +25,7 @@ from accel_checkpoint.constants import (
     WEIGHTS_NAME,
     WEIGHTS_PATTERN_NAME,
 )
+from accel_checkpoint.merge import merge_fsdp_weights
 from accel_checkpoint.weights import (
     clean_state_dict_for_safetensors,
     convert_bytes,
@@ -68,7 +69,7 @@ _checkpoint_all = [
     "SAMPLER_NAME", "SCALER_NAME", "SCHEDULER_NAME", "WEIGHTS_INDEX_NAME", "WEIGHTS_NAME",
     "WEIGHTS_PATTERN_NAME", "clean_state_dict_for_safetensors", "convert_bytes",
     "convert_file_size_to_int", "dtype_byte_size", "id_tensor_storage", "load",
-    "load_checkpoint_in_model", "save",
+    "load_checkpoint_in_model", "save", "merge_fsdp_weights",
 ]
 _precision_all = ["contextual_fp8_autocast", "convert_model", "convert_model_to_fp8_ao",
                   "has_ao_layers", "has_transformer_engine_layers"]

@@ -1,0 +1,56 @@
+"""Sharded (DCP) checkpoints of an FSDP2 model in 2 processes, then `accel merge-weights`.
+
+One launch (see scripts/checkpoint_sharded.py): exact resume from a sharded checkpoint,
+a corrupted shard refused on every rank naming the file; then this process merges the
+checkpoint with the CLI (no process group) and compares with the full state dict the run
+gathered at save time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.multiprocess
+
+
+def _explain(proc) -> str:
+    return f"exit {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
+
+
+def test_fsdp2_sharded_resume_corruption_and_merge(launch, scripts, tmp_path):
+    from accel_checkpoint.manifest import verify_checkpoint
+    from safetensors.torch import load_file
+
+    proc = launch("--cpu", "--num_processes", "2", str(scripts / "checkpoint_sharded.py"),
+                  str(tmp_path))
+    assert proc.returncode == 0, _explain(proc)
+    for rank in (0, 1):
+        assert f"SHARDED-RESUME rank={rank} exact=True lr=True" in proc.stdout, _explain(proc)
+        assert f"CORRUPT-REFUSED rank={rank} file=__1_0.distcp" in proc.stdout, _explain(proc)
+
+    sharded = tmp_path / "sharded"
+    manifest = verify_checkpoint(sharded, deep=True)
+    assert manifest.layout == "sharded" and manifest.world_size == 2 and manifest.step == 2
+    assert {".metadata", "__0_0.distcp", "__1_0.distcp", "_data.json"} == set(manifest.files)
+    assert manifest.metadata["sharded_objects"] == {"model": "model", "optimizer": "optimizer",
+                                                    "scheduler": "stateful"}
+    assert not list(tmp_path.glob("sharded.tmp-*"))  # the staging directory was renamed
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCEL_")}
+    merged = subprocess.run(
+        [sys.executable, "-m", "accel_launch", "merge-weights", str(sharded),
+         str(tmp_path / "merged")], capture_output=True, text=True, env=env, timeout=120)
+    assert merged.returncode == 0, _explain(merged)
+    assert "model.safetensors" in merged.stdout
+    weights = load_file(tmp_path / "merged" / "model.safetensors")
+    expected = load_file(tmp_path / "full_at_save.safetensors")
+    assert sorted(weights) == sorted(expected) == json.loads(
+        (tmp_path / "result.json").read_text())["keys"]
+    for name, tensor in expected.items():
+        assert weights[name].dtype == tensor.dtype and weights[name].equal(tensor), name
+    assert sharded.is_dir()  # kept without --remove_checkpoint_dir
