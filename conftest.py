@@ -1,8 +1,10 @@
-"""Fixtures for every test of the workspace: a clean launch environment and fresh singletons."""
+"""Fixtures for every test of the workspace: a clean launch environment, fresh singletons,
+and a one-process gloo group for tests of collectives."""
 
 from __future__ import annotations
 
 import os
+import socket
 
 import pytest
 
@@ -27,3 +29,18 @@ def clean_state(monkeypatch: pytest.MonkeyPatch):
     yield
     PartialState._reset_state()
     GradientState._reset_state()
+
+
+@pytest.fixture
+def gloo_group():
+    """A real one-process gloo process group on a free port, destroyed afterwards."""
+    import torch.distributed as dist
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    dist.init_process_group("gloo", rank=0, world_size=1, init_method=f"tcp://127.0.0.1:{port}")
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()

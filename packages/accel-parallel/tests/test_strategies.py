@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import socket
 
 import pytest
 import torch
-import torch.distributed as dist
 from accel_parallel import (
     STRATEGIES,
     DDPCommunicationHookType,
@@ -24,16 +22,6 @@ def state():
     PartialState._reset_state()
     yield PartialState(cpu=True)
     PartialState._reset_state()
-
-
-@pytest.fixture
-def one_process_group():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    dist.init_process_group("gloo", rank=0, world_size=1, init_method=f"tcp://127.0.0.1:{port}")
-    yield
-    dist.destroy_process_group()
 
 
 def test_builtins_register_through_entry_points():
@@ -56,7 +44,7 @@ def test_single_device_moves_without_wrapping(state):
     assert "SingleDeviceStrategy" in repr(strategy)
 
 
-def test_ddp_wraps_unwraps_and_no_sync(state, one_process_group):
+def test_ddp_wraps_unwraps_and_no_sync(state, gloo_group):
     kwargs = DistributedDataParallelKwargs(broadcast_buffers=False)
     strategy = DDPStrategy(state, ddp_kwargs=kwargs)
     model = torch.nn.Linear(2, 2)
@@ -73,7 +61,7 @@ def test_ddp_wraps_unwraps_and_no_sync(state, one_process_group):
     assert strategy.prepare_model(torch.nn.Linear(2, 2), evaluation_mode=True).__class__ is torch.nn.Linear
 
 
-def test_ddp_comm_hook_is_registered(state, one_process_group):
+def test_ddp_comm_hook_is_registered(state, gloo_group):
     kwargs = DistributedDataParallelKwargs(comm_hook="fp16")
     wrapped = DDPStrategy(state, ddp_kwargs=kwargs).prepare_model(torch.nn.Linear(4, 4))
     wrapped(torch.ones(2, 4)).sum().backward()  # the fp16 compression hook runs in backward

@@ -8,7 +8,6 @@ for one process, with and without a (1-process, gloo) process group.
 from __future__ import annotations
 
 import pickle
-import socket
 import warnings
 from collections import OrderedDict, UserDict, defaultdict, namedtuple
 from typing import NamedTuple
@@ -90,22 +89,6 @@ class OldStyleTo:
     def to(self, device):
         self.device = device
         return self
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@pytest.fixture
-def gloo_group():
-    dist.init_process_group("gloo", rank=0, world_size=1,
-                            init_method=f"tcp://127.0.0.1:{_free_port()}")
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
 
 
 # --- structure helpers ---------------------------------------------------------------------

@@ -5,11 +5,9 @@ from __future__ import annotations
 import json
 import pickle
 import random
-import socket
 
 import pytest
 import torch
-import torch.distributed as dist
 from accel_state import env
 from accel_state.errors import ConfigurationError
 from accel_state.random import (
@@ -33,22 +31,6 @@ def _numpy_draw(kind: str = "rand") -> float | None:
 
 def _draws() -> tuple:
     return random.random(), _numpy_draw(), torch.rand(3).tolist()
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@pytest.fixture
-def gloo_group():
-    dist.init_process_group("gloo", rank=0, world_size=1,
-                            init_method=f"tcp://127.0.0.1:{_free_port()}")
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
 
 
 @pytest.fixture
