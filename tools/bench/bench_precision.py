@@ -14,37 +14,11 @@ run and the ratio of medians is reported. Target: at most 1.02 (2% slower).
 from __future__ import annotations
 
 import argparse
-import time
 
 import torch
 from accel import Accelerator
-from common import interleaved, report
+from common import epoch_timer, interleaved, make_mlp, report
 from torch import nn
-
-
-def make_model(width: int) -> nn.Module:
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(64, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(),
-                         nn.Linear(width, 10))
-
-
-def epoch_runner(model: nn.Module, optimizer: torch.optim.Optimizer, batches: list,
-                 forward, backward) -> callable:
-    """A function that trains one epoch over ``batches`` and returns its wall time."""
-    loss_fn = nn.CrossEntropyLoss()
-    synchronize = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
-
-    def run() -> float:
-        synchronize()
-        start = time.perf_counter()
-        for x, y in batches:
-            optimizer.zero_grad()
-            backward(loss_fn(forward(model, x), y))
-            optimizer.step()
-        synchronize()
-        return time.perf_counter() - start
-
-    return run
 
 
 def main() -> None:
@@ -70,14 +44,14 @@ def main() -> None:
             out = model(x)
         return out.float()
 
-    raw_model = make_model(args.width).to(device)
+    raw_model = make_mlp(args.width).to(device)
     raw_opt = torch.optim.SGD(raw_model.parameters(), lr=0.01)
-    raw = epoch_runner(raw_model, raw_opt, batches, raw_forward, lambda loss: loss.backward())
+    raw = epoch_timer(raw_model, raw_opt, batches, lambda loss: loss.backward(), raw_forward)
 
-    model = make_model(args.width)
+    model = make_mlp(args.width)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     model, opt = accelerator.prepare(model, opt)
-    acc = epoch_runner(model, opt, batches, lambda m, x: m(x), accelerator.backward)
+    acc = epoch_timer(model, opt, batches, accelerator.backward)
 
     raw(), acc()  # warm-up
     samples = interleaved({"raw torch.autocast": raw, "accel bf16": acc}, args.repeats)

@@ -14,45 +14,14 @@ Two processes (raw = DistributedDataParallel + DistributedSampler):
 from __future__ import annotations
 
 import argparse
-import time
 
 import torch
 import torch.distributed as dist
-from common import interleaved, report
+from common import epoch_timer, interleaved, make_mlp, report
 from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from accel import Accelerator
-
-
-def make_model() -> nn.Module:
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(),
-                         nn.Linear(256, 10))
-
-
-def epoch_runner(model: nn.Module, optimizer: torch.optim.Optimizer, loader: DataLoader,
-                 backward, device: torch.device | None) -> callable:
-    """A function that trains one epoch and returns its wall time in seconds.
-
-    ``device``: where the raw loop moves its batches itself (accel's loader already did).
-    """
-    loss_fn = nn.CrossEntropyLoss()
-    synchronize = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
-
-    def run() -> float:
-        synchronize()
-        start = time.perf_counter()
-        for x, y in loader:
-            if device is not None and device.type != "cpu":
-                x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-            optimizer.zero_grad()
-            backward(loss_fn(model(x), y))
-            optimizer.step()
-        synchronize()
-        return time.perf_counter() - start
-
-    return run
 
 
 def main() -> None:
@@ -71,7 +40,7 @@ def main() -> None:
     n = args.steps * args.batch_size * world
     data = TensorDataset(torch.randn(n, 64), torch.randint(0, 10, (n,)))
 
-    raw_model = make_model().to(device)
+    raw_model = make_mlp().to(device)
     raw_sampler = None
     if world > 1:
         raw_model = nn.parallel.DistributedDataParallel(
@@ -79,13 +48,13 @@ def main() -> None:
         raw_sampler = DistributedSampler(data, shuffle=False)
     raw_loader = DataLoader(data, batch_size=args.batch_size, sampler=raw_sampler)
     raw_opt = torch.optim.SGD(raw_model.parameters(), lr=0.01)
-    raw = epoch_runner(raw_model, raw_opt, raw_loader, lambda loss: loss.backward(), device)
+    raw = epoch_timer(raw_model, raw_opt, raw_loader, lambda loss: loss.backward(), device=device)
 
-    model = make_model()
+    model = make_mlp()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     model, opt, loader = accelerator.prepare(
         model, opt, DataLoader(data, batch_size=args.batch_size, shuffle=False))
-    acc = epoch_runner(model, opt, loader, accelerator.backward, None)
+    acc = epoch_timer(model, opt, loader, accelerator.backward)
 
     raw(), acc()  # warm-up
     samples = interleaved({"raw torch": raw, "accel": acc}, args.repeats)

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import statistics
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
 
 
 def interleaved(candidates: dict[str, Callable[[], float]], repeats: int) -> dict[str, list[float]]:
@@ -36,3 +38,42 @@ def report(benchmark: str, baseline: str, candidate: str, samples: dict[str, lis
           f"ratio {cand / base:.3f}" + (f" (target <= {target})" if target else ""))
     print("JSON " + json.dumps(record))
     return record
+
+
+def make_mlp(width: int = 256):  # noqa: ANN201 - torch imported lazily for bench_import
+    """The small MLP (64 -> width -> width -> 10) the step benchmarks train, same init each call."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(64, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(),
+                         nn.Linear(width, 10))
+
+
+def epoch_timer(model: Any, optimizer: Any, batches: Iterable, backward: Callable,
+                forward: Callable | None = None, device: Any = None) -> Callable[[], float]:
+    """A function that trains one epoch over ``batches`` and returns its wall time in seconds.
+
+    ``forward(model, x)`` replaces ``model(x)`` (e.g. a hand-written autocast); ``device`` is
+    where a raw loop moves its batches itself (a prepared loader already did).
+    """
+    import torch
+    from torch import nn
+
+    loss_fn = nn.CrossEntropyLoss()
+    synchronize = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
+    move = device is not None and device.type != "cpu"
+
+    def run() -> float:
+        synchronize()
+        start = time.perf_counter()
+        for x, y in batches:
+            if move:
+                x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+            optimizer.zero_grad()
+            backward(loss_fn(model(x) if forward is None else forward(model, x), y))
+            optimizer.step()
+        synchronize()
+        return time.perf_counter() - start
+
+    return run
