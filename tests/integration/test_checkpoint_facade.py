@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 from accel_checkpoint import CorruptCheckpointError
@@ -37,7 +39,9 @@ def test_hooks_custom_objects_and_weights(tmp_path):
     counter.value = 7
     accelerator.step = 11
     path = accelerator.save_state(tmp_path / "a")
-    assert seen == [(1, 1, str(tmp_path / "a"))]
+    # hooks write into the staging directory that is renamed into place
+    assert len(seen) == 1 and seen[0][:2] == (1, 1)
+    assert seen[0][2].startswith(str(tmp_path / "a.tmp-"))
     handle.remove()
     accelerator.save_state(tmp_path / "b")
     assert len(seen) == 1
@@ -77,3 +81,93 @@ def test_automatic_naming_refuses_to_overwrite_and_needs_a_path_otherwise(tmp_pa
         plain.save_state()
     with pytest.raises(ConfigurationError, match="input_dir"):
         plain.load_state()
+
+
+def test_hook_files_are_committed_verified_and_gate_background_loads(tmp_path):
+    """The diffusers pattern: a save hook writes the model itself and pops its weights; a
+    load hook reads it back. Those files are in the manifest, so a flipped byte in them is
+    refused — at load_state (full) or at the first optimizer step (background)."""
+    from accel_checkpoint import read_object
+    from accel_checkpoint.manifest import read_manifest
+    from accel_checkpoint.weights import load_checkpoint_in_model, save_model_weights
+
+    accelerator = Accelerator(cpu=True)
+    model, optimizer = accelerator.prepare(nn.Linear(4, 4), torch.optim.SGD(
+        nn.Linear(4, 4).parameters(), lr=0.1))
+    optimizer = accelerator.prepare(torch.optim.SGD(model.parameters(), lr=0.1))
+
+    def save_hook(models, weights, output_dir):
+        save_model_weights(weights.pop(), f"{output_dir}/net")
+
+    def load_hook(models, input_dir):
+        load_checkpoint_in_model(models.pop(), f"{input_dir}/net")
+
+    accelerator.register_save_state_pre_hook(save_hook)
+    accelerator.register_load_state_pre_hook(load_hook)
+    path = accelerator.save_state(tmp_path / "ckpt")
+    manifest = read_manifest(path)
+    assert "net/model.safetensors" in manifest.files and "model" not in manifest.objects
+    expected = model.weight.detach().clone()
+    with torch.no_grad():
+        model.weight.zero_()
+    accelerator.load_state(path)
+    assert torch.equal(model.weight, expected)
+
+    target = tmp_path / "ckpt" / "net" / "model.safetensors"
+    data = bytearray(target.read_bytes())
+    data[-1] ^= 0xFF
+    target.write_bytes(bytes(data))
+    with pytest.raises(CorruptCheckpointError, match="net/model.safetensors"):
+        accelerator.load_state(path)
+    assert read_object(path, "optimizer") is not None  # other files still read fine
+
+    accelerator.load_state(path, verify="background")  # returns before the sha256 check
+    model(torch.ones(1, 4)).sum().backward()
+    with pytest.raises(CorruptCheckpointError, match="net/model.safetensors"):
+        optimizer.step()
+    with pytest.raises(CorruptCheckpointError, match="net/model.safetensors"):
+        accelerator.save_state(tmp_path / "after")  # still refused: the state is bad
+    assert not (tmp_path / "after").exists()
+    with pytest.raises(ConfigurationError, match="'fast'.*full or background"):
+        accelerator.load_state(path, verify="fast")
+
+
+def test_background_verification_passes_and_async_save_defers_the_copy(tmp_path, monkeypatch):
+    """A good checkpoint loaded in the background trains on as usual; an async save
+    returns before copying parameters and optimizer state, yet holds the values of the
+    moment it was called although the optimizer steps right after."""
+    import accel_checkpoint.saving as saving
+
+    torch.manual_seed(0)
+    accelerator = Accelerator(cpu=True)
+    model = nn.Linear(8, 8)
+    model, optimizer = accelerator.prepare(model, torch.optim.Adam(model.parameters(), lr=0.1))
+
+    def train_step():
+        model(torch.randn(2, 8)).pow(2).mean().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+    train_step()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    staged = []
+    real_stage = saving.stage
+
+    def slow_stage(parts):  # without the gate, the step below would win this race
+        staged.append(sum(len(p.deferred) for p in parts))
+        time.sleep(0.3)
+        real_stage(parts)
+
+    monkeypatch.setattr(saving, "stage", slow_stage)
+    import accel_checkpoint.manager as manager
+    monkeypatch.setattr(manager, "stage", saving.stage)
+    accelerator.save_state(tmp_path / "a", async_save=True)
+    train_step()  # waits for the copy, then changes the parameters
+    accelerator.wait_for_checkpoint()
+    # copied after returning: weight and bias, and Adam's step, exp_avg, exp_avg_sq of each
+    assert staged[0] == 2 + 3 * 2
+    accelerator.load_state(tmp_path / "a", verify="background")
+    for key, value in model.state_dict().items():
+        assert torch.equal(value, before[key]), key
+    train_step()  # the gate passes: the checkpoint is intact
+    assert accelerator._checkpoint_verification is None

@@ -130,8 +130,9 @@ def write_safetensors(path: str | os.PathLike[str], tensors: dict[str, torch.Ten
     return hasher.record()
 
 
-def _read_verified(path: Path, expected: FileRecord | None) -> Any:
-    """The file's bytes (a copy-on-write mapping), checked against ``expected`` first."""
+def _read_verified(path: Path, expected: FileRecord | None, hashed: bool = True) -> Any:
+    """The file's bytes (a copy-on-write mapping), checked against ``expected`` first:
+    its size always, its sha256 unless ``hashed=False`` (the caller verifies it apart)."""
     try:
         size = path.stat().st_size
     except FileNotFoundError:
@@ -140,16 +141,17 @@ def _read_verified(path: Path, expected: FileRecord | None) -> Any:
         raise CorruptCheckpointError(path, f"size is {size} bytes but the manifest says "
                                      f"{expected.size}: the file is truncated or was changed")
     data = map_file(path)
-    if expected is not None:
+    if expected is not None and hashed:
         check_bytes(path, data, expected)
     return data
 
 
-def read_safetensors(path: str | os.PathLike[str], expected: FileRecord | None = None
-                     ) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    """``(tensors, metadata)`` of a safetensors file, verified against ``expected``."""
+def read_safetensors(path: str | os.PathLike[str], expected: FileRecord | None = None,
+                     hashed: bool = True) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """``(tensors, metadata)`` of a safetensors file, verified against ``expected``
+    (``hashed=False``: its size only; the caller checks the sha256 apart)."""
     path = Path(path)
-    buffer = _read_verified(path, expected)
+    buffer = _read_verified(path, expected, hashed)
     try:
         if len(buffer) < 8:
             raise ValueError(f"only {len(buffer)} bytes")
@@ -187,10 +189,11 @@ def write_json(path: str | os.PathLike[str], value: Any) -> FileRecord:
     return record_of(data)
 
 
-def read_json(path: str | os.PathLike[str], expected: FileRecord | None = None) -> Any:
-    """Parse a JSON file, verified against ``expected`` when given."""
+def read_json(path: str | os.PathLike[str], expected: FileRecord | None = None,
+              hashed: bool = True) -> Any:
+    """Parse a JSON file, verified against ``expected`` when given (see read_safetensors)."""
     path = Path(path)
-    data = _read_verified(path, expected)
+    data = _read_verified(path, expected, hashed)
     try:
         return json.loads(bytes(data))
     except ValueError as exc:

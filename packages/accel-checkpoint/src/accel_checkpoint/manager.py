@@ -20,46 +20,66 @@ from typing import Any
 
 from accel_state.random import restore_rng_state
 
-from accel_checkpoint.coordination import Peers
+from accel_checkpoint.coordination import Peers, SaveRound
 from accel_checkpoint.errors import CheckpointError
 from accel_checkpoint.fileio import read_json, read_safetensors
 from accel_checkpoint.manifest import (
+    FileRecord,
     Manifest,
+    Verification,
     latest_checkpoint,
     list_checkpoints,
     verify_checkpoint,
 )
-from accel_checkpoint.saving import DATA_NAME, rng_name, run_save, snapshot
+from accel_checkpoint.saving import DATA_NAME, abort_save, rng_name, run_save, snapshot, stage
 from accel_checkpoint.tree import unflatten_state
 
 __all__ = ["CheckpointManager", "LoadedCheckpoint", "PendingSave", "save_checkpoint",
-           "load_checkpoint", "read_object", "rotate_checkpoints", "wait_for_pending_saves"]
+           "load_checkpoint", "read_object", "rotate_checkpoints", "wait_for_pending_saves",
+           "wait_for_staging", "files_to_verify", "VERIFY_MODES"]
 
 _PENDING: list[PendingSave] = []
 _PENDING_LOCK = threading.Lock()
 
 
 class PendingSave:
-    """An asynchronous save in flight: :meth:`wait` returns the path once committed."""
+    """An asynchronous save in flight: :meth:`wait` returns the path once committed.
 
-    def __init__(self, target: Any) -> None:
+    :meth:`wait_staged` returns once the ``stable`` tensors given to the save have been
+    copied (the caller may change them again from then on).
+    """
+
+    def __init__(self, target: Any, stage: Any = None) -> None:
         self._result: Path | None = None
         self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(target,),
+        self._staged = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(target, stage),
                                         name="accel-checkpoint-async-save")
         # Not a daemon: a normal interpreter exit waits for the commit to finish.
         with _PENDING_LOCK:
             _PENDING.append(self)
         self._thread.start()
 
-    def _run(self, target: Any) -> None:
+    def _run(self, target: Any, stage: Any) -> None:
         try:
-            self._result = target()
+            if stage is not None:
+                stage()
         except BaseException as exc:  # re-raised in wait()
             self._error = exc
+        finally:
+            self._staged.set()
+        if self._error is None:
+            try:
+                self._result = target()
+            except BaseException as exc:  # re-raised in wait()
+                self._error = exc
 
     def done(self) -> bool:
         return not self._thread.is_alive()
+
+    def wait_staged(self) -> None:
+        """Block until the deferred tensors are copied (errors surface in :meth:`wait`)."""
+        self._staged.wait()
 
     def wait(self) -> Path | None:
         """Block until the save is committed; re-raise its error if it failed."""
@@ -84,44 +104,79 @@ def wait_for_pending_saves() -> None:
             save.wait()
 
 
+def wait_for_staging() -> None:
+    """Wait until every asynchronous save of this process has copied its ``stable``
+    tensors: call it before changing them (before the optimizer's next step)."""
+    with _PENDING_LOCK:
+        pending = list(_PENDING)
+    for save in pending:
+        save.wait_staged()
+
+
 def save_checkpoint(path: str | os.PathLike[str], objects: Mapping[str, Any] | None = None, *,
                     data: Any = None, step: int | None = None, rng: bool = True,
                     metadata: dict[str, Any] | None = None, async_save: bool = False,
-                    on_commit: Any = None) -> Path | PendingSave | None:
+                    on_commit: Any = None, prepare_dir: Any = None,
+                    stable: Any = ()) -> Path | PendingSave | None:
     """Save ``objects`` (name -> object with ``state_dict``), ``data`` and RNG states to ``path``.
 
     Call it on every process: rank 0 writes the objects, data and manifest, each rank its
-    RNG states. ``async_save`` copies the state to CPU memory now and writes it on a
-    background thread (returns a :class:`PendingSave`); the next save or load waits for
-    it. ``on_commit(path)`` runs on rank 0 after the commit (rotation hooks in here).
+    RNG states. ``prepare_dir(staging)`` runs on every rank before the state is taken: it
+    may write files into the staging directory (the manifest lists and hashes them) and
+    may still change ``objects`` (a dict). ``async_save`` copies the state to CPU memory
+    now and writes it on a background thread (returns a :class:`PendingSave`); the next
+    save or load waits for it. With ``async_save``, tensors sharing storage with a tensor
+    of ``stable`` are copied on that thread instead: the caller must not change them until
+    :func:`wait_for_staging` returns (the Accelerator calls it before the next optimizer
+    step). ``on_commit(path)`` runs on rank 0 after the commit (rotation hooks in here).
     Returns the checkpoint path (``None`` on a rank that arrived after a solo commit).
     """
     wait_for_pending_saves()
     final = Path(path)
     peers = Peers.current()
-    parts = snapshot(dict(objects or {}), data, rng, peers, copy=async_save)
+    round_ = SaveRound(final, peers)
+    staging = None
+    try:
+        staging = round_.begin()
+        if staging is None:
+            return None
+        if prepare_dir is not None:
+            prepare_dir(staging)
+        parts = snapshot(dict(objects or {}), data, rng, peers, copy=async_save,
+                         stable=stable if async_save else ())
+    except BaseException as exc:
+        abort_save(round_, staging, exc)
+        raise
 
     def write() -> Path | None:
-        result = run_save(final, parts, peers, step, metadata)
+        result = run_save(round_, staging, parts, step, metadata)
         if on_commit is not None and peers.is_writer and result is not None:
             on_commit(result)
         return result
 
-    return PendingSave(write) if async_save else write()
+    return PendingSave(write, stage=lambda: stage(parts)) if async_save else write()
+
+
+VERIFY_MODES = ("full", "background")
 
 
 @dataclass
 class LoadedCheckpoint:
-    """What :func:`load_checkpoint` found: the path, its manifest, the plain data, the step."""
+    """What :func:`load_checkpoint` found: the path, its manifest, the plain data, the step,
+    and the sha256 :class:`Verification` of its files (already passed with ``verify="full"``;
+    still running with ``verify="background"``: call ``verification.wait()``)."""
 
     path: Path
     manifest: Manifest
     data: Any
     step: int | None
+    verification: Verification | None = None
 
 
-def read_object(path: str | os.PathLike[str], name: str, manifest: Manifest | None = None) -> Any:
-    """The saved state of object ``name``, every file checked against the manifest."""
+def read_object(path: str | os.PathLike[str], name: str, manifest: Manifest | None = None,
+                hashed: bool = True) -> Any:
+    """The saved state of object ``name``, every file checked against the manifest
+    (``hashed=False``: sizes only, for a caller that verifies the sha256 apart)."""
     path = Path(path)
     manifest = manifest if manifest is not None else verify_checkpoint(path, deep=False)
     entry = manifest.objects.get(name)
@@ -130,24 +185,61 @@ def read_object(path: str | os.PathLike[str], name: str, manifest: Manifest | No
         raise CheckpointError(f"{path} has no object named {name!r} (it has: {names}).")
     tensors: dict[str, Any] = {}
     if entry.get("tensors"):
-        tensors, _ = read_safetensors(path / entry["tensors"], manifest.files[entry["tensors"]])
+        tensors, _ = read_safetensors(path / entry["tensors"], manifest.files[entry["tensors"]],
+                                      hashed)
     if not entry.get("json"):
         return tensors
-    return unflatten_state(read_json(path / entry["json"], manifest.files[entry["json"]]), tensors)
+    skeleton = read_json(path / entry["json"], manifest.files[entry["json"]], hashed)
+    return unflatten_state(skeleton, tensors)
+
+
+def files_to_verify(manifest: Manifest, rank: int) -> dict[str, FileRecord]:
+    """Every file of the checkpoint except the other ranks' RNG states (each rank checks
+    its own): the objects, the plain data, and whatever a save hook wrote."""
+    others = {f for entry in manifest.objects.values()
+              if entry.get("kind") == "rng" and entry.get("rank", rank) != rank
+              for f in (entry.get("tensors"), entry.get("json")) if f}
+    return {name: rec for name, rec in manifest.files.items() if name not in others}
+
+
+def _check_layout(path: Path, manifest: Manifest) -> None:
+    if manifest.layout != "replicated":
+        raise CheckpointError(
+            f"{path} is a {manifest.layout} checkpoint (written by {manifest.world_size} "
+            "process(es) of a sharded model): load it with accel_checkpoint.load_sharded_state "
+            "(or Accelerator.load_state with the model sharded the same way), or turn it into "
+            "plain weights with `accel merge-weights`.")
 
 
 def load_checkpoint(path: str | os.PathLike[str], objects: Mapping[str, Any] | None = None, *,
-                    rng: bool = True, strict: bool = True) -> LoadedCheckpoint:
+                    rng: bool = True, strict: bool = True, verify: str = "full",
+                    prepare: Any = None) -> LoadedCheckpoint:
     """Verify ``path`` and restore ``objects`` (name -> object with ``load_state_dict``).
 
-    The manifest and file sizes are checked before anything is loaded, and each file's
-    sha256 as it is read: a partial or corrupt checkpoint raises
-    ``CorruptCheckpointError`` naming the file. ``strict``: an object missing from the
+    ``verify="full"`` (default): the manifest, the sizes and every file's sha256 are
+    checked (in parallel) before anything is loaded; a partial or corrupt checkpoint
+    raises ``CorruptCheckpointError`` naming the file and no object is changed.
+    ``verify="background"``: manifest, sizes and file formats are checked, the state is
+    loaded, and the sha256 check runs on background threads: the caller must call
+    ``result.verification.wait()`` before trusting the state (the Accelerator does before
+    the next optimizer step, save or end of training) — a fast start for big checkpoints.
+    ``prepare(path)`` runs after the up-front checks and before objects are read (load
+    pre-hooks: it may change ``objects``, a dict). ``strict``: an object missing from the
     checkpoint is an error (else a warning). ``rng`` restores this rank's RNG states.
     """
+    if verify not in VERIFY_MODES:
+        raise CheckpointError(f"verify={verify!r} is not a verification mode: use one of "
+                              f"{', '.join(VERIFY_MODES)}.")
     wait_for_pending_saves()
     path = Path(path)
     manifest = verify_checkpoint(path, deep=False)
+    _check_layout(path, manifest)
+    rank = Peers.current().rank
+    if verify == "full":
+        verification = Verification(path, files_to_verify(manifest, rank))
+        verification.wait()
+    if prepare is not None:
+        prepare(path)
     states = {}
     for name in objects or {}:
         if name not in manifest.objects:
@@ -156,23 +248,25 @@ def load_checkpoint(path: str | os.PathLike[str], objects: Mapping[str, Any] | N
             warnings.warn(f"{path} has no object {name!r}; it keeps its current state.",
                           stacklevel=2)
             continue
-        states[name] = read_object(path, name, manifest)
-    data = read_object(path, DATA_NAME, manifest) if DATA_NAME in manifest.objects else None
+        states[name] = read_object(path, name, manifest, hashed=False)
+    data = (read_object(path, DATA_NAME, manifest, hashed=False)
+            if DATA_NAME in manifest.objects else None)
     rng_state = None
     if rng:
-        rank = Peers.current().rank
         if rng_name(rank) in manifest.objects:
-            rng_state = read_object(path, rng_name(rank), manifest)
+            rng_state = read_object(path, rng_name(rank), manifest, hashed=False)
         else:
             warnings.warn(f"{path} holds no RNG state for rank {rank} (saved by "
                           f"{manifest.world_size} process(es), ranks {manifest.ranks}); this "
                           "rank's random draws will differ from the original run.", stacklevel=2)
-    # Everything was read and verified: only now change the caller's objects.
+    # Everything was read (and, in full mode, verified): only now change the caller's objects.
     for name, state in states.items():
         objects[name].load_state_dict(state)
     if rng_state is not None:
         restore_rng_state(rng_state)
-    return LoadedCheckpoint(path, manifest, data, manifest.step)
+    if verify == "background":
+        verification = Verification(path, files_to_verify(manifest, rank))
+    return LoadedCheckpoint(path, manifest, data, manifest.step, verification)
 
 
 def rotate_checkpoints(root: str | os.PathLike[str], keep: int, pattern: str | None = None,

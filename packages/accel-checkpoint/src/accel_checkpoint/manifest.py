@@ -41,7 +41,8 @@ from accel_checkpoint.constants import (
 __all__ = ["FileRecord", "Manifest", "CheckpointInfo", "hash_file", "fsync_dir",
            "library_versions", "read_manifest", "verify_checkpoint", "list_checkpoints",
            "latest_checkpoint", "is_staging_dir", "HASH_CHUNK", "record_of", "check_bytes",
-           "map_file", "hash_pool", "chunk_digest", "chunked_record"]
+           "map_file", "hash_pool", "chunk_digest", "chunked_record", "record_new_files",
+           "Verification"]
 
 #: Bytes per hashed chunk (format 2): small enough to spread a file over every core.
 HASH_CHUNK = 16 * 2**20
@@ -178,22 +179,25 @@ def map_file(path: str | os.PathLike[str]) -> Any:
         return mmap.mmap(handle.fileno(), size, access=mmap.ACCESS_COPY)
 
 
-def check_bytes(path: object, data: Any, record: FileRecord) -> None:
-    """Raise ``CorruptCheckpointError`` naming ``path`` (and the chunk) unless ``data``
-    (the file's bytes) matches ``record``."""
+def _submit_chunks(data: Any, record: FileRecord) -> list[Future[bytes]]:
+    """Hash ``data`` on the pool the way ``record`` was made (per chunk, or whole file)."""
     view = memoryview(data).cast("B")
-    if len(view) != record.size:
-        raise _corrupt(path, f"size is {len(view)} bytes but the manifest says {record.size}: "
-                       "the file is truncated or was changed")
     if not record.chunk_size:  # format 1: one digest of the whole file
-        digest = hashlib.sha256(view).hexdigest()
+        return [hash_pool().submit(chunk_digest, [view])]
+    size = record.chunk_size
+    return [hash_pool().submit(chunk_digest, [view[s:s + size]])
+            for s in range(0, len(view), size)]
+
+
+def _check_chunks(path: object, futures: list[Future[bytes]], record: FileRecord) -> None:
+    """Compare the digests of :func:`_submit_chunks` with ``record``; raise naming the chunk."""
+    if not record.chunk_size:
+        digest = futures[0].result().hex()
         if digest != record.sha256:
             raise _corrupt(path, f"sha256 is {digest} but the manifest says "
                            f"{record.sha256}: the file is corrupted")
         return
     size = record.chunk_size
-    futures: list[Future[bytes]] = [hash_pool().submit(chunk_digest, [view[s:s + size]])
-                                    for s in range(0, len(view), size)]
     for index, (future, want) in enumerate(zip(futures, record.chunks)):
         got = future.result().hex()
         if got != want:
@@ -204,9 +208,93 @@ def check_bytes(path: object, data: Any, record: FileRecord) -> None:
                            f"{got} but the manifest says {want}: the file is corrupted")
 
 
+def check_bytes(path: object, data: Any, record: FileRecord) -> None:
+    """Raise ``CorruptCheckpointError`` naming ``path`` (and the chunk) unless ``data``
+    (the file's bytes) matches ``record``."""
+    size = len(memoryview(data).cast("B"))
+    if size != record.size:
+        raise _corrupt(path, f"size is {size} bytes but the manifest says {record.size}: "
+                       "the file is truncated or was changed")
+    _check_chunks(path, _submit_chunks(data, record), record)
+
+
+class Verification:
+    """The sha256 check of a set of checkpoint files, running on the hash pool.
+
+    Every chunk of every file is submitted at once (the files are hashed in parallel);
+    :meth:`wait` raises ``CorruptCheckpointError`` naming the first bad file (in name
+    order), the same error on every later call. Each file is hashed through its own
+    read-only mapping, so tensors loaded from the checkpoint (copy-on-write mappings) may
+    already be in use while this runs.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], files: dict[str, FileRecord]) -> None:
+        self.path = Path(path)
+        self._jobs: list[tuple[Path, FileRecord, list[Future[bytes]]]] = []
+        self._error: BaseException | None = None
+        self._checked = False
+        for name in sorted(files):
+            record, file = files[name], self.path / name
+            try:
+                data = map_file(file)
+            except FileNotFoundError:
+                self._error = _corrupt(file, "listed in the manifest but missing")
+                break
+            if len(data) != record.size:
+                self._error = _corrupt(file, f"size is {len(data)} bytes but the manifest "
+                                       f"says {record.size}: the file is truncated or changed")
+                break
+            self._jobs.append((file, record, _submit_chunks(data, record)))
+
+    def done(self) -> bool:
+        """Whether every chunk has been hashed (``wait`` then returns at once)."""
+        return self._checked or all(f.done() for _, _, futures in self._jobs for f in futures)
+
+    def wait(self) -> None:
+        """Block until every file is hashed; raise if one does not match the manifest."""
+        if not self._checked:
+            self._checked = True
+            try:
+                if self._error is None:
+                    for file, record, futures in self._jobs:
+                        _check_chunks(file, futures, record)
+            except BaseException as exc:
+                self._error = exc
+            finally:
+                for _, _, futures in self._jobs:
+                    for future in futures:
+                        future.cancel()
+                self._jobs = []
+        if self._error is not None:
+            raise self._error
+
+
 def hash_file(path: str | os.PathLike[str], chunk_size: int = HASH_CHUNK) -> FileRecord:
     """Size and (format-2, chunked) sha256 of an existing file."""
     return record_of(map_file(path), chunk_size)
+
+
+def record_new_files(directory: str | os.PathLike[str], known: Any) -> dict[str, FileRecord]:
+    """Records of the files under ``directory`` (recursively) whose relative POSIX path is
+    not in ``known``: what a save pre-hook wrote into the staging directory, so that the
+    manifest lists it and verification covers it. Each such file and subdirectory is
+    fsynced (the hook's writer may not have), so the commit makes them durable too."""
+    root = Path(directory)
+    found: dict[str, FileRecord] = {}
+    for dirpath, _dirs, names in os.walk(root):
+        here = Path(dirpath)
+        for name in names:
+            rel = (here / name).relative_to(root).as_posix()
+            if rel not in known:
+                fd = os.open(here / name, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                found[rel] = hash_file(here / name)
+        if here != root:
+            fsync_dir(here)
+    return found
 
 
 def fsync_dir(path: str | os.PathLike[str]) -> None:
@@ -273,8 +361,8 @@ def verify_checkpoint(path: str | os.PathLike[str], deep: bool = True) -> Manife
             raise _corrupt(file, "listed in the manifest but missing") from None
         if size != record.size:
             raise _corrupt(file, f"size is {size} bytes but the manifest says {record.size}")
-        if deep:
-            check_bytes(file, map_file(file), record)
+    if deep:
+        Verification(path, manifest.files).wait()
     return manifest
 
 

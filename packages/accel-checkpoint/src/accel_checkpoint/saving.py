@@ -19,7 +19,8 @@ import shutil
 import threading
 import time
 import uuid
-from dataclasses import dataclass
+from contextlib import nullcontext
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,11 +32,17 @@ from accel_checkpoint.constants import MANIFEST_NAME, OLD_INFIX
 from accel_checkpoint.coordination import Peers, SaveRound
 from accel_checkpoint.errors import CheckpointError
 from accel_checkpoint.fileio import write_json, write_safetensors
-from accel_checkpoint.manifest import FileRecord, Manifest, fsync_dir, library_versions
+from accel_checkpoint.manifest import (
+    FileRecord,
+    Manifest,
+    fsync_dir,
+    library_versions,
+    record_new_files,
+)
 from accel_checkpoint.tree import flatten_state
 
-__all__ = ["Part", "snapshot", "write_parts", "run_save", "DATA_NAME", "rng_name", "check_name",
-           "release_snapshot_buffers"]
+__all__ = ["Part", "snapshot", "stage", "write_parts", "run_save", "abort_save", "DATA_NAME",
+           "rng_name", "check_name", "release_snapshot_buffers"]
 
 DATA_NAME = "_data"
 _RNG_PREFIX = "random_states_"
@@ -66,6 +73,10 @@ class Part:
     tensors: dict[str, Any]
     flat: bool
     rank: int | None = None
+    deferred: dict[str, Any] = field(default_factory=dict)
+    """Tensors still to be copied into ``tensors`` by :func:`stage` (async saves)."""
+    ready: Any = None
+    """CUDA event recorded at the snapshot: :func:`stage` copies after it."""
 
 
 # Async saves copy the state into these CPU buffers, kept from one save to the next: a
@@ -75,17 +86,21 @@ _BUFFERS: dict[tuple[str, str], torch.Tensor] = {}
 _BUFFERS_LOCK = threading.Lock()
 
 
+def _buffer_for(name: str, key: str, tensor: torch.Tensor) -> torch.Tensor:
+    buffer = _BUFFERS.get((name, key))
+    if (buffer is None or buffer.shape != tensor.shape or buffer.dtype != tensor.dtype
+            or buffer.device.type != "cpu"):
+        buffer = torch.empty(tensor.shape, dtype=tensor.dtype,
+                             pin_memory=tensor.device.type == "cuda")
+        _BUFFERS[(name, key)] = buffer
+    return buffer
+
+
 def _copy_to_buffers(name: str, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     out: dict[str, torch.Tensor] = {}
     with _BUFFERS_LOCK:
         for key, tensor in tensors.items():
-            buffer = _BUFFERS.get((name, key))
-            if (buffer is None or buffer.shape != tensor.shape or buffer.dtype != tensor.dtype
-                    or buffer.device.type != "cpu"):
-                buffer = torch.empty(tensor.shape, dtype=tensor.dtype,
-                                     pin_memory=tensor.device.type == "cuda")
-                _BUFFERS[(name, key)] = buffer
-            out[key] = buffer.copy_(tensor, non_blocking=True)
+            out[key] = _buffer_for(name, key, tensor).copy_(tensor, non_blocking=True)
         if any(t.device.type == "cuda" for t in tensors.values()):
             torch.cuda.synchronize()
     return out
@@ -97,28 +112,67 @@ def release_snapshot_buffers() -> None:
         _BUFFERS.clear()
 
 
-def _part(name: str, kind: str, state: Any, copy: bool, rank: int | None = None) -> Part:
+def _storage_key(tensor: Any) -> int:
+    return tensor.untyped_storage().data_ptr() if isinstance(tensor, torch.Tensor) else 0
+
+
+def _part(name: str, kind: str, state: Any, copy: bool, rank: int | None = None,
+          stable: frozenset[int] = frozenset()) -> Part:
     skeleton, tensors = flatten_state(state)
+    deferred: dict[str, Any] = {}
     if copy:
-        tensors = _copy_to_buffers(name, tensors)
+        deferred = {k: t for k, t in tensors.items() if _storage_key(t) in stable}
+        now = {k: t for k, t in tensors.items() if k not in deferred}
+        tensors = {**_copy_to_buffers(name, now), **dict.fromkeys(deferred)}
+    ready = None
+    if any(t.device.type == "cuda" for t in deferred.values()):
+        ready = torch.cuda.Event()
+        ready.record()  # what the current stream has queued so far: the state to save
     flat = bool(tensors) and len(tensors) == len(skeleton) and isinstance(skeleton, dict) and all(
         isinstance(v, dict) and v.get("__tensor__") == k for k, v in skeleton.items())
-    return Part(name, kind, skeleton, tensors, flat, rank)
+    return Part(name, kind, skeleton, tensors, flat, rank, deferred, ready)
 
 
 def snapshot(objects: dict[str, Any], data: Any, rng: bool, peers: Peers,
-             copy: bool = False) -> list[Part]:
-    """What this rank writes. ``copy``: clone tensors to CPU (the write happens later)."""
+             copy: bool = False, stable: Any = ()) -> list[Part]:
+    """What this rank writes. ``copy``: clone tensors to CPU (the write happens later).
+
+    ``stable`` (with ``copy``): tensors the caller promises not to change until
+    :func:`stage` has run (an optimizer's parameters and state, until its next step);
+    tensors sharing their storage are copied by ``stage`` on the writing thread instead
+    of now, so the caller is blocked only for the rest.
+    """
+    keys = frozenset(_storage_key(t) for t in stable) - {0}
     parts: list[Part] = []
     if peers.is_writer:
         for name, obj in objects.items():
             state = obj.state_dict() if hasattr(obj, "state_dict") else obj
-            parts.append(_part(check_name(name), "state", state, copy))
+            parts.append(_part(check_name(name), "state", state, copy, stable=keys))
         if data is not None:
             parts.append(_part(DATA_NAME, "data", data, copy))
     if rng:
         parts.append(_part(rng_name(peers.rank), "rng", capture_rng_state(), False, peers.rank))
     return parts
+
+
+def stage(parts: list[Part]) -> None:
+    """Copy the deferred (``stable``) tensors of ``parts`` into CPU buffers.
+
+    CUDA tensors are copied on a side stream after the event recorded at the snapshot,
+    so the caller's kernels queued since (which only read these tensors) run meanwhile.
+    """
+    cuda = [p for p in parts if p.ready is not None]
+    stream = torch.cuda.Stream() if cuda else None
+    with _BUFFERS_LOCK, (torch.cuda.stream(stream) if stream is not None else nullcontext()):
+        for part in parts:
+            if part.ready is not None:
+                stream.wait_event(part.ready)
+            for key, tensor in part.deferred.items():
+                part.tensors[key] = _buffer_for(part.name, key, tensor).copy_(
+                    tensor, non_blocking=True)
+            part.deferred, part.ready = {}, None
+        if stream is not None:
+            stream.synchronize()
 
 
 def _test_delay() -> None:
@@ -175,40 +229,50 @@ def _commit(staging: Path, final: Path, manifest: Manifest) -> None:
         shutil.rmtree(parked, ignore_errors=True)
 
 
-def run_save(final: Path, parts: list[Part], peers: Peers, step: int | None,
+def abort_save(round_: SaveRound, staging: Path | None, error: BaseException) -> None:
+    """A save failed on this rank: tell the others, and rank 0 removes the staging dir."""
+    if not round_.peers.is_writer:
+        if staging is not None:
+            round_.publish({}, {}, error=error)
+        return
+    round_.finish(error=error)
+    if staging is not None and staging.exists():
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def run_save(round_: SaveRound, staging: Path | None, parts: list[Part], step: int | None,
              metadata: dict[str, Any] | None) -> Path | None:
-    """Write and commit this rank's parts; every rank returns once the commit is done."""
-    round_ = SaveRound(final, peers)
-    if not peers.is_writer:
-        staging = round_.begin()
-        if staging is None:
-            return None
-        try:
-            files, objects = write_parts(staging, parts)
-        except BaseException as exc:
-            round_.publish({}, {}, error=exc)
-            raise
-        round_.publish(files, objects)
-        round_.wait_done()
-        return final
-    staging = None
+    """Write this rank's parts into ``staging`` (from ``round_.begin()``) and commit.
+
+    Rank 0 also lists the files nobody recorded (what ``prepare_dir`` wrote) and commits;
+    every rank returns once the commit is done (``None`` on a rank that must not write).
+    """
+    peers, final = round_.peers, round_.final
+    if staging is None:
+        return None
     try:
-        staging = round_.begin()
+        stage(parts)
         files, objects = write_parts(staging, parts)
-        ranks = [peers.rank] if any(p.kind == "rng" for p in parts) else []
-        for other_files, other_objects in round_.collect():
-            files.update(other_files)
-            objects.update(other_objects)
-            ranks += [e["rank"] for e in other_objects.values() if "rank" in e]
-        manifest = Manifest(
-            files={n: FileRecord.from_json(r) for n, r in files.items()},
-            objects=objects, step=step, world_size=peers.world_size, ranks=sorted(ranks),
-            created_unix=time.time(), libraries=library_versions(), metadata=metadata or {})
-        _commit(staging, final, manifest)
+        if not peers.is_writer:
+            round_.publish(files, objects)
+        else:
+            ranks = [peers.rank] if any(p.kind == "rng" for p in parts) else []
+            for other_files, other_objects in round_.collect():
+                files.update(other_files)
+                objects.update(other_objects)
+                ranks += [e["rank"] for e in other_objects.values() if "rank" in e]
+            records = {n: FileRecord.from_json(r) for n, r in files.items()}
+            records.update(record_new_files(staging, set(records)))
+            manifest = Manifest(
+                files=records, objects=objects, step=step, world_size=peers.world_size,
+                ranks=sorted(ranks), created_unix=time.time(), libraries=library_versions(),
+                metadata=metadata or {})
+            _commit(staging, final, manifest)
     except BaseException as exc:
-        round_.finish(error=exc)
-        if staging is not None and staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
+        abort_save(round_, staging, exc)
         raise
-    round_.finish()
+    if peers.is_writer:
+        round_.finish()
+    else:
+        round_.wait_done()
     return final

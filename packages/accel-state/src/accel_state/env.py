@@ -299,6 +299,11 @@ CHECKPOINT_PEER_TIMEOUT = _var(
     "Seconds rank 0 waits for the other ranks to enter a checkpoint save (default 60). If "
     "they do not come (save_state called on the main process only), rank 0 commits the "
     "checkpoint alone, without their RNG states, instead of hanging.")
+CHECKPOINT_VERIFY = _var(
+    "ACCEL_CHECKPOINT_VERIFY",
+    "How Accelerator.load_state checks a checkpoint's sha256 when verify= is not given: "
+    "'full' (default: every byte before anything is loaded) or 'background' (load at once, "
+    "check while training starts; the first optimizer step waits for the check).")
 CHECKPOINT_TEST_DELAY = _var(
     "ACCEL_CHECKPOINT_TEST_DELAY",
     "Test only: seconds a checkpoint save sleeps after each file and before its rename, so "

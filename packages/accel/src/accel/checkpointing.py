@@ -25,18 +25,20 @@ import torch
 from accel_checkpoint.errors import CheckpointError
 from accel_checkpoint.fileio import read_json, read_safetensors, write_json, write_safetensors
 from accel_checkpoint.manager import (
+    VERIFY_MODES,
     PendingSave,
     load_checkpoint,
     rotate_checkpoints,
     save_checkpoint,
     wait_for_pending_saves,
+    wait_for_staging,
 )
 from accel_checkpoint.manifest import latest_checkpoint, read_manifest
 from accel_checkpoint.merge import merge_fsdp_weights
 from accel_checkpoint.project import CHECKPOINT_PATTERN, ProjectConfiguration
 from accel_checkpoint.tree import flatten_state, unflatten_state
 from accel_checkpoint.weights import load_checkpoint_in_model, save, save_model_weights
-from accel_state import PartialState
+from accel_state import PartialState, env
 from accel_state.errors import ConfigurationError
 from accel_state.protocols import Stateful
 from torch.utils.hooks import RemovableHandle
@@ -155,15 +157,51 @@ def init_checkpointing(accelerator: Any, project_dir: str | os.PathLike[str] | N
     accelerator._save_model_state_pre_hook = collections.OrderedDict()
     accelerator._load_model_state_pre_hook = collections.OrderedDict()
     accelerator._pending_checkpoint = None
+    accelerator._checkpoint_verification = None
 
 
 def wait_for_checkpoint(accelerator: Any) -> None:
-    """Block until the accelerator's asynchronous save (if any) is committed."""
+    """Block until the accelerator's asynchronous save (if any) is committed and the
+    background verification of a loaded checkpoint (if any) has passed."""
+    checkpoint_gate(accelerator)
     pending, accelerator._pending_checkpoint = getattr(accelerator, "_pending_checkpoint",
                                                        None), None
     if pending is not None:
         pending.wait()
     wait_for_pending_saves()
+
+
+def checkpoint_gate(accelerator: Any) -> None:
+    """What must finish before the state changes again (run before an optimizer step).
+
+    An async save must have copied the parameters and optimizer state it defers; a
+    checkpoint loaded with ``verify="background"`` must have passed its sha256 check —
+    its failure is raised here, and again at every later gate (the loaded state is bad).
+    """
+    wait_for_staging()
+    verification = getattr(accelerator, "_checkpoint_verification", None)
+    if verification is not None:
+        verification.wait()  # raises CorruptCheckpointError naming the file
+        accelerator._checkpoint_verification = None
+    for optimizer in accelerator._optimizers:
+        optimizer._before_step = None
+
+
+def _arm_gate(accelerator: Any) -> None:
+    """Make every prepared optimizer run :func:`checkpoint_gate` before its next step."""
+    for optimizer in accelerator._optimizers:
+        optimizer._before_step = lambda: checkpoint_gate(accelerator)
+
+
+def _stable_tensors(accelerator: Any) -> list[torch.Tensor]:
+    """Tensors only an optimizer step changes: the prepared optimizers' parameters and
+    state. An async save copies them after returning (gated by the next step)."""
+    found: list[torch.Tensor] = []
+    for optimizer in accelerator._optimizers:
+        found += [p for group in optimizer.param_groups for p in group["params"]]
+        found += [t for s in optimizer.state.values() for t in s.values()
+                  if isinstance(t, torch.Tensor)]
+    return found
 
 
 def _output_dir(accelerator: Any, output_dir: str | os.PathLike[str] | None) -> Path:
@@ -188,26 +226,36 @@ def save_state(accelerator: Any, output_dir: str | os.PathLike[str] | None = Non
     """Save everything needed to resume bit for bit; return the checkpoint path.
 
     Call it on every process. Tensors always go to safetensors (``safe_serialization`` is
-    accepted for compatibility; accel never writes pickles). ``async_save=True`` returns
-    once the state is copied to CPU memory and commits in the background.
+    accepted for compatibility; accel never writes pickles). Save pre-hooks get the
+    staging directory as ``output_dir``: what they write there is committed (and listed
+    in the manifest) with the rest. ``async_save=True`` returns once the state is taken
+    and writes in the background; the optimizers' parameters and state are copied on that
+    thread too, so the next ``optimizer.step()`` waits until that copy is done.
     """
     wait_for_checkpoint(accelerator)
     target = _output_dir(accelerator, output_dir)
     config = accelerator.project_configuration
     weights = [get_state_dict(accelerator, m) for m in accelerator._models]
-    for hook in accelerator._save_model_state_pre_hook.values():
-        hook(accelerator._models, weights, str(target))
-    objects = _shared_objects(weights, accelerator._optimizers, accelerator._schedulers,
-                              accelerator._dataloaders, _scaler(accelerator),
-                              accelerator._custom_objects)
+    objects: dict[str, Any] = {}
+
+    def prepare_dir(staging: Path) -> None:
+        for hook in accelerator._save_model_state_pre_hook.values():
+            hook(accelerator._models, weights, str(staging))
+        objects.update(_shared_objects(weights, accelerator._optimizers,
+                                       accelerator._schedulers, accelerator._dataloaders,
+                                       _scaler(accelerator), accelerator._custom_objects))
+
     on_commit = None
     if config.automatic_checkpoint_naming and config.total_limit is not None:
         def on_commit(path: Path) -> None:
             rotate_checkpoints(path.parent, config.total_limit, CHECKPOINT_PATTERN, protect=path)
     result = save_checkpoint(target, objects, data={"step": accelerator.step},
-                             step=accelerator.step, async_save=async_save, on_commit=on_commit)
+                             step=accelerator.step, async_save=async_save, on_commit=on_commit,
+                             prepare_dir=prepare_dir,
+                             stable=_stable_tensors(accelerator) if async_save else ())
     if isinstance(result, PendingSave):
         accelerator._pending_checkpoint = result
+        _arm_gate(accelerator)
     config.iteration += 1
     return str(target)
 
@@ -217,12 +265,27 @@ def _scaler(accelerator: Any) -> Any:
     return scaler if isinstance(scaler, Stateful) else None
 
 
+def _verify_mode(verify: str | None) -> str:
+    mode = verify if verify is not None else (env.CHECKPOINT_VERIFY.get() or "full")
+    if mode not in VERIFY_MODES:
+        source = "verify=" if verify is not None else f"{env.CHECKPOINT_VERIFY.name}="
+        raise ConfigurationError(f"{source}{mode!r} is not a checkpoint verification mode: use "
+                                 f"{' or '.join(VERIFY_MODES)}.")
+    return mode
+
+
 def load_state(accelerator: Any, input_dir: str | os.PathLike[str] | None = None,
-               load_kwargs: dict[str, Any] | None = None, **load_model_func_kwargs: Any) -> None:
+               load_kwargs: dict[str, Any] | None = None, verify: str | None = None,
+               **load_model_func_kwargs: Any) -> None:
     """Restore a checkpoint written by :func:`save_state` (default: the newest complete one).
 
+    ``verify``: ``"full"`` (default, or ``ACCEL_CHECKPOINT_VERIFY``) checks every sha256
+    before anything is loaded; ``"background"`` loads at once and checks while training
+    starts — the first ``optimizer.step()`` (or save, or ``end_training``) waits for the
+    check and raises ``CorruptCheckpointError`` naming the file if it failed.
     With automatic naming, later saves continue the numbering after the loaded checkpoint.
     """
+    mode = _verify_mode(verify)
     wait_for_checkpoint(accelerator)
     config = accelerator.project_configuration
     if input_dir is None:
@@ -234,14 +297,21 @@ def load_state(accelerator: Any, input_dir: str | os.PathLike[str] | None = None
             raise CheckpointError(f"No complete checkpoint in {config.checkpoints_dir} to load.")
     input_dir = Path(input_dir)
     models = list(accelerator._models)
-    for hook in accelerator._load_model_state_pre_hook.values():
-        hook(models, str(input_dir))
     strict = load_model_func_kwargs.get("strict", True)
-    objects = _shared_objects([_ModelSlot(m, strict) for m in models], accelerator._optimizers,
-                              accelerator._schedulers, [], _scaler(accelerator),
-                              accelerator._custom_objects)
-    objects.update(_saved_dataloaders(input_dir, accelerator._dataloaders))
-    loaded = load_checkpoint(input_dir, objects)
+    objects: dict[str, Any] = {}
+
+    def prepare(path: Path) -> None:
+        for hook in accelerator._load_model_state_pre_hook.values():
+            hook(models, str(path))
+        objects.update(_shared_objects([_ModelSlot(m, strict) for m in models],
+                                       accelerator._optimizers, accelerator._schedulers, [],
+                                       _scaler(accelerator), accelerator._custom_objects))
+        objects.update(_saved_dataloaders(path, accelerator._dataloaders))
+
+    loaded = load_checkpoint(input_dir, objects, verify=mode, prepare=prepare)
+    if mode == "background":
+        accelerator._checkpoint_verification = loaded.verification
+        _arm_gate(accelerator)
     accelerator.step = int((loaded.data or {}).get("step", loaded.step or 0))
     match = _AUTO_NAME.fullmatch(input_dir.name)
     if config.automatic_checkpoint_naming and match:
@@ -316,9 +386,12 @@ class CheckpointingMixin:
         return save_state(self, output_dir, safe_serialization, **save_model_func_kwargs)
 
     def load_state(self, input_dir: Any = None, load_kwargs: Any = None,
-                   **load_model_func_kwargs: Any) -> None:
-        """Restore a checkpoint (default: the newest complete one with automatic naming)."""
-        load_state(self, input_dir, load_kwargs, **load_model_func_kwargs)
+                   verify: str | None = None, **load_model_func_kwargs: Any) -> None:
+        """Restore a checkpoint (default: the newest complete one with automatic naming).
+
+        ``verify="background"`` checks the sha256 while training starts (see accel_checkpoint).
+        """
+        load_state(self, input_dir, load_kwargs, verify, **load_model_func_kwargs)
 
     def register_for_checkpointing(self, *objects: Any) -> None:
         register_for_checkpointing(self, *objects)

@@ -32,6 +32,9 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         self._is_overflow = False
         self._accelerate_step_called = False
         self._precision: Any = None  # set by the Accelerator when its precision steps (fp16)
+        # Set by the Accelerator while checkpoint I/O must finish before the next step (an
+        # async save still copying this optimizer's tensors, a load still being verified).
+        self._before_step: Any = None
 
     # Delegated views of the wrapped optimizer -------------------------------------------------
     @property
@@ -80,6 +83,8 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         if not self.gradient_state.sync_gradients:
             return None
         self._accelerate_step_called = True
+        if self._before_step is not None:
+            self._before_step()
         # -- mixed precision (accel/_precision.py): loss-scaled steps skip on inf/nan --
         if self._precision is not None:
             self._is_overflow = not self._precision.optimizer_step(self.optimizer, closure)
