@@ -13,12 +13,20 @@ Load floors, all in the same run:
   state (the model's bytes are copied; optimizer tensors stay mapped, as in accel).
 - ``raw+load_state_dict+sha256``: the same plus one sha256 pass over both files on one
   thread, the least a load that verifies every byte can cost without parallelism.
-Also reported: how long an ``async_save=True`` blocks the loop versus a synchronous save.
+Candidates: ``load_state()`` (``verify="full"``: every sha256 before anything is loaded)
+and ``load_state(verify="background")`` (loads at once, hashes on background threads; the
+first optimizer step waits for it), plus the time until that background check has passed.
+
+Async save: what an ``async_save=True`` costs the training loop — the time of
+``save_state(async_save=True)`` plus the next training step, minus a plain training step
+(the step waits for the parameters/optimizer state to be copied) — versus a synchronous
+save, measured on a loop of forward/backward/step on the same model.
 
 Targets: save <= 1.1x, load <= 1.05x the floor; async save blocks <= 10% of a sync save.
 
     uv run python tools/bench/bench_checkpoint.py               # ~256 MB of state
     uv run python tools/bench/bench_checkpoint.py --size-mb 1024
+    python3 bench_checkpoint.py --device cuda                   # model on the GPU
 """
 
 from __future__ import annotations
@@ -38,14 +46,15 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from accel import Accelerator
+from accel_checkpoint import wait_for_staging
 
 
-def build(size_mb: int) -> tuple[nn.Module, torch.optim.Optimizer]:
+def build(size_mb: int, device: str) -> tuple[nn.Module, torch.optim.Optimizer]:
     """fp32 model of size_mb / 3 plus Adam's two moments (total ~= size_mb)."""
     layer_mb = 16  # Linear(2048, 2048): 16 MiB of weights
     layers = max(1, round(size_mb / 3 / layer_mb))
     torch.manual_seed(0)
-    model = nn.Sequential(*[nn.Linear(2048, 2048) for _ in range(layers)])
+    model = nn.Sequential(*[nn.Linear(2048, 2048) for _ in range(layers)]).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
     for p in model.parameters():
         p.grad = torch.randn_like(p)
@@ -70,11 +79,15 @@ def main() -> None:
     parser.add_argument("--size-mb", type=int, default=256, help="model + Adam state, MB")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--dir", default=None, help="where to write (default: a temp dir)")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or auto")
+    parser.add_argument("--batch", type=int, default=64, help="batch of the training step")
     args = parser.parse_args()
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" \
+        else args.device
 
     root = Path(tempfile.mkdtemp(prefix="bench-ckpt-", dir=args.dir))
-    model, optimizer = build(args.size_mb)
-    accelerator = Accelerator(cpu=True)
+    model, optimizer = build(args.size_mb, device)
+    accelerator = Accelerator(cpu=device == "cpu")
     model, optimizer = accelerator.prepare(model, optimizer)
     total = sum(t.numel() * t.element_size() for t in model.state_dict().values())
     total += sum(t.numel() * t.element_size() for t in optimizer_tensors(optimizer).values())
@@ -100,7 +113,7 @@ def main() -> None:
         return elapsed
 
     saves = interleaved({"raw": raw_save, "accel": accel_save}, args.repeats)
-    extra = {"state_mb": round(total / 2**20, 1)}
+    extra = {"state_mb": round(total / 2**20, 1), "device": device}
     report("checkpoint save (fsync)", "raw", "accel", saves, "s", target=1.1, extra=extra)
 
     raw_dir = root / "raw-load"
@@ -129,26 +142,79 @@ def main() -> None:
         optimizer.load_state_dict({"state": state, "param_groups": skeleton["param_groups"]})
         return time.perf_counter() - start
 
-    def accel_load() -> float:
+    def accel_load(verify: str = "full", until_verified: bool = False) -> float:
         start = time.perf_counter()
-        accelerator.load_state(str(accel_dir))
-        return time.perf_counter() - start
+        accelerator.load_state(str(accel_dir), verify=verify)
+        if until_verified:
+            accelerator.wait_for_checkpoint()
+        elapsed = time.perf_counter() - start
+        accelerator.wait_for_checkpoint()
+        return elapsed
 
     loads = interleaved({"raw": raw_load, "raw+load_state_dict": raw_load_into,
                          "raw+load_state_dict+sha256": lambda: raw_load_into(sha=True),
-                         "accel": accel_load}, args.repeats)
+                         "accel": accel_load,
+                         "accel-background": lambda: accel_load("background"),
+                         "accel-background-verified": lambda: accel_load("background", True)},
+                        args.repeats)
     report("checkpoint load vs lazy load_file (reads nothing)", "raw", "accel", loads, "s",
            target=1.05, extra=extra)
     report("checkpoint load vs load_file + load_state_dict", "raw+load_state_dict", "accel",
            loads, "s", target=1.05, extra=extra)
+    report("checkpoint load (verify=background) vs load_file + load_state_dict",
+           "raw+load_state_dict", "accel-background", loads, "s", target=1.05, extra=extra)
+    report("checkpoint load (verify=background) until verified vs load_file + "
+           "load_state_dict", "raw+load_state_dict", "accel-background-verified", loads, "s",
+           extra=extra)
     report("checkpoint load vs load_file + load_state_dict + 1-thread sha256",
            "raw+load_state_dict+sha256", "accel", loads, "s", extra=extra)
 
-    blocking = [accel_save(async_save=True) for _ in range(args.repeats)]
+    batch = torch.randn(args.batch, 2048, device=device)
+
+    def train_step() -> None:
+        model(batch).square().mean().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        if device == "cuda":
+            torch.cuda.synchronize()
+
+    def timed(fn) -> float:  # noqa: ANN001
+        start = time.perf_counter()
+        fn()
+        return time.perf_counter() - start
+
+    def step_after_async_save(blocked: list[float]) -> float:
+        """One training step right after an async save; records the time the loop was
+        blocked (the save call + the wait for the copy at the optimizer step)."""
+        out = root / f"async{next(counter)}"
+        start = time.perf_counter()
+        accelerator.save_state(str(out), async_save=True)
+        returned = time.perf_counter()
+        model(batch).square().mean().backward()
+        gate = time.perf_counter()
+        wait_for_staging()
+        blocked.append(returned - start + time.perf_counter() - gate)
+        optimizer.step()
+        optimizer.zero_grad()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        elapsed = time.perf_counter() - start
+        accelerator.wait_for_checkpoint()
+        shutil.rmtree(out)
+        return elapsed
+
+    train_step()
+    blocked: list[float] = []
+    steps = interleaved({"step": lambda: timed(train_step),
+                         "step+async": lambda: step_after_async_save(blocked)}, args.repeats)
+    step = statistics.median(steps["step"])
     sync = statistics.median(saves["accel"])
-    report("async save blocking time vs sync save", "sync", "async",
-           {"sync": saves["accel"], "async": blocking}, "s", target=0.10, extra=extra)
-    print(f"(sync accel save median {sync:.3f} s)")
+    report("async save: loop blocked (call + wait for the copy) vs sync save", "sync",
+           "async", {"sync": saves["accel"], "async": blocked}, "s", target=0.10, extra=extra)
+    report("async save: time added to the next training step vs sync save", "sync", "async",
+           {"sync": saves["accel"], "async": [t - step for t in steps["step+async"]]}, "s",
+           extra=extra)
+    print(f"(sync accel save median {sync:.3f} s; training step median {step:.3f} s)")
     shutil.rmtree(root)
 
 
