@@ -145,3 +145,24 @@ def test_parse_rdzv_conf() -> None:
     assert parse_rdzv_conf("a=1,b=x=y") == {"a": "1", "b": "x=y"}
     with pytest.raises(ConfigurationError, match="key=value"):
         parse_rdzv_conf("a=")
+
+
+def test_launch_config_drops_fields_an_older_torch_does_not_have():
+    """torch 2.11's LaunchConfig has no shutdown_timeout (seen on a GPU machine): the launch
+    must still start there; unknown keys that are not known-newer still reach torch."""
+    import dataclasses
+
+    from accel_launch.elastic import supported_config
+
+    @dataclasses.dataclass
+    class OldLaunchConfig:
+        min_nodes: int
+        max_nodes: int
+
+    config = {"min_nodes": 1, "max_nodes": 1, "shutdown_timeout": 5}
+    assert supported_config(config, OldLaunchConfig) == {"min_nodes": 1, "max_nodes": 1}
+    from torch.distributed.launcher.api import LaunchConfig
+
+    if "shutdown_timeout" in {f.name for f in dataclasses.fields(LaunchConfig)}:
+        assert supported_config(config, LaunchConfig) == config
+    assert supported_config({**config, "typo": 1}, OldLaunchConfig)["typo"] == 1

@@ -342,7 +342,7 @@ class DataLoaderShard(DataLoaderStateMixin, DataLoader):
             if current is _END:
                 self._finish_pass()
                 return
-            device, non_blocking = self.device, self.non_blocking
+            device, non_blocking = self.device, self.non_blocking or _async_safe(self.device)
             if device is not None:
                 # Move before fetching the next batch, so an asynchronous copy overlaps it.
                 current = send_to_device(current, device, non_blocking)
@@ -360,6 +360,16 @@ class DataLoaderShard(DataLoaderStateMixin, DataLoader):
             if token is not None:  # also when abandoned on the last batch
                 self._settle(token)
             self.end()
+
+
+def _async_safe(device: torch.device | None) -> bool:
+    """Copies from host memory to a CUDA device are queued on the stream without waiting
+    for the GPU's earlier work: the host buffer is consumed (staged or, when pinned, kept
+    alive by torch's host allocator) before the call returns, and kernels that use the
+    batch are ordered after the copy on that stream. A blocking copy would stall the CPU
+    until the previous step's kernels finish, so this is always done (as ``non_blocking``
+    does), while ``non_blocking=True`` keeps its meaning for other devices."""
+    return device is not None and device.type == "cuda"
 
 
 class UnsizedLoaderError(ConfigurationError, TypeError):

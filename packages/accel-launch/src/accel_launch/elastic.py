@@ -10,6 +10,7 @@ leaves the launch hanging. This module adds the checks worth doing before anythi
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import shutil
@@ -135,12 +136,23 @@ def describe_failures(failures: Mapping[int, Any], root: int) -> str:
             "is in the output above.")
 
 
+#: LaunchConfig fields newer than the oldest torch we support (shutdown_timeout: not in 2.11):
+#: left out on an older torch, which then keeps its own default.
+_NEWER_FIELDS = frozenset({"shutdown_timeout"})
+
+
+def supported_config(config: Mapping[str, Any], launch_config: Any) -> dict[str, Any]:
+    """``config`` without the newer fields this torch's ``LaunchConfig`` does not have."""
+    known = {f.name for f in dataclasses.fields(launch_config)}
+    return {k: v for k, v in config.items() if k in known or k not in _NEWER_FIELDS}
+
+
 def _launch_config(plan: LaunchPlan) -> Any:
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
     from torch.distributed.launcher.api import LaunchConfig
 
     logs = DefaultLogsSpecs(log_dir=plan.log_dir, tee=Std.from_str(plan.tee))
-    return LaunchConfig(logs_specs=logs, **plan.config)
+    return LaunchConfig(logs_specs=logs, **supported_config(plan.config, LaunchConfig))
 
 
 def _quiet_torch_logs() -> None:
