@@ -9,6 +9,13 @@ allow-list unpickler (:mod:`accel_checkpoint.dcp_io`). Model and optimizer state
 through ``torch.distributed.checkpoint.state_dict`` (``get_model_state_dict`` /
 ``get_optimizer_state_dict`` and their ``set_`` twins), so a checkpoint loads into a
 model sharded over a different number of processes too.
+
+Objects whose state is the same on every rank (schedulers, dataloader positions, counters:
+``replicated=``) are written whole by rank 0 as safetensors + JSON, exactly as the
+replicated format does, and come back whole: DCP would only fill the keys a freshly built
+object already has. With ``rng=True`` each rank writes its own RNG states. A
+``prepare_dir`` callable may add files to the staging directory (a save pre-hook's
+``save_pretrained``); they are listed in the manifest and hash-checked like the rest.
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ import os
 import shutil
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,9 +34,12 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.checkpoint.api import CheckpointException
 
-from accel_checkpoint.coordination import new_staging_dir
+from accel_state.random import restore_rng_state
+
+from accel_checkpoint.coordination import Peers, new_staging_dir
 from accel_checkpoint.errors import CheckpointError, CorruptCheckpointError
 from accel_checkpoint.fileio import read_json, write_json
+from accel_checkpoint.manager import read_object
 from accel_checkpoint.manifest import (
     FileRecord,
     Manifest,
@@ -37,9 +47,10 @@ from accel_checkpoint.manifest import (
     hash_file,
     library_versions,
     map_file,
+    record_new_files,
     verify_checkpoint,
 )
-from accel_checkpoint.saving import _commit, check_name
+from accel_checkpoint.saving import _commit, check_name, rng_name, snapshot, write_parts
 
 __all__ = ["SHARDED_LAYOUT", "save_sharded_state", "load_sharded_state", "LoadedShardedState",
            "sharded_objects"]
@@ -153,10 +164,28 @@ def _record(path: Path) -> dict[str, Any]:
     return hash_file(path).to_json()
 
 
+def _whole(replicated: Mapping[str, Any] | None, kinds: dict[str, str]) -> dict[str, Any]:
+    """``replicated`` with its names checked (none may also name a DCP-saved object)."""
+    whole = {check_name(name): obj for name, obj in (replicated or {}).items()}
+    clash = sorted(set(whole) & set(kinds))
+    if clash:
+        raise CheckpointError(f"{clash} given both in objects and in replicated=: give each "
+                              "name once (models and optimizers in objects, the rest in "
+                              "replicated=).")
+    bad = sorted(n for n, o in whole.items()
+                 if not (hasattr(o, "state_dict") and hasattr(o, "load_state_dict")))
+    if bad:
+        raise CheckpointError(f"replicated= entries {bad} have no state_dict()/"
+                              "load_state_dict(): give objects that have both.")
+    return whole
+
+
 def _write_and_hash(staging: Path, state: dict[str, Any], data: Any, rank: int,
                     on: bool) -> dict[str, Any]:
     """DCP-save ``state`` into ``staging``; the records of the files this rank owns."""
     import torch.distributed.checkpoint as dcp
+
+    from accel_checkpoint.dcp_io import DCP_METADATA_NAME
 
     writer = dcp.FileSystemWriter(staging, single_file_per_rank=True, sync_files=True)
     with warnings.catch_warnings():  # DCP warns that no_dist means one process: it does
@@ -167,53 +196,106 @@ def _write_and_hash(staging: Path, state: dict[str, Any], data: Any, rank: int,
     if rank == 0:
         if data is not None:
             files[_DATA_FILE] = write_json(staging / _DATA_FILE, data).to_json()
-        for p in staging.iterdir():
-            if p.is_file() and not p.name.startswith("__") and p.name not in files:
-                files[p.name] = _record(p)  # .metadata
+        if (staging / DCP_METADATA_NAME).is_file():
+            files[DCP_METADATA_NAME] = _record(staging / DCP_METADATA_NAME)
     return files
+
+
+def _prepare(prepare_dir: Callable[[Path], Any] | None, staging: Path) -> dict[str, Any]:
+    """Run ``prepare_dir`` on this rank; ``{"error": ...}`` if it raised."""
+    if prepare_dir is not None:
+        try:
+            prepare_dir(staging)
+        except Exception as exc:
+            return {"error": f"prepare_dir raised {type(exc).__name__}: {exc}"}
+    return {}
+
+
+def _listing(directory: Path) -> set[str]:
+    return {p.relative_to(directory).as_posix() for p in directory.rglob("*") if p.is_file()}
+
+
+def _failure(results: list[dict[str, Any]]) -> str | None:
+    return next((f"rank {r}: {o['error']}" for r, o in enumerate(results) if "error" in o),
+                None)
+
+
+def _manifest(staging: Path, results: list[dict[str, Any]], prepared: set[str],
+              step: int | None, world: int, kinds: dict[str, str],
+              metadata: dict[str, Any] | None) -> Manifest:
+    """Rank 0: every rank's files and objects, plus what ``prepare_dir`` wrote."""
+    files = {n: FileRecord.from_json(rec) for o in results for n, rec in o["files"].items()}
+    objects = {n: entry for o in results for n, entry in o["objects"].items()}
+    overwritten = sorted(prepared & set(files))
+    if overwritten:
+        raise CheckpointError(f"prepare_dir wrote {overwritten}, which the save itself writes: "
+                              "give those files other names (or put them in a subdirectory).")
+    files.update(record_new_files(staging, set(files)))
+    ranks = sorted(e["rank"] for e in objects.values() if "rank" in e) or list(range(world))
+    return Manifest(files=files, objects=objects, step=step, world_size=world, ranks=ranks,
+                    layout=SHARDED_LAYOUT, created_unix=time.time(),
+                    libraries=library_versions(),
+                    metadata={**(metadata or {}), OBJECTS_KEY: kinds})
 
 
 def save_sharded_state(directory: str | os.PathLike[str], objects: Mapping[str, Any], *,
                        data: Any = None, step: int | None = None,
-                       metadata: dict[str, Any] | None = None) -> Path:
+                       metadata: dict[str, Any] | None = None,
+                       replicated: Mapping[str, Any] | None = None, rng: bool = False,
+                       prepare_dir: Callable[[Path], Any] | None = None,
+                       on_commit: Callable[[Path], Any] | None = None) -> Path:
     """Save sharded ``objects`` (name -> model, optimizer or stateful) to ``directory``.
 
     A collective: call it on every rank. Each rank writes its own shards (DCP); rank 0
-    writes ``data`` (JSON) and the manifest and renames the staging directory into place.
-    Every rank returns the committed path, or raises if any rank failed (nothing is
-    committed then, and the previous checkpoint at ``directory`` is untouched).
+    writes ``data`` (JSON), the ``replicated`` objects (name -> object whose state is the
+    same on every rank, written whole as safetensors + JSON) and the manifest, and renames
+    the staging directory into place. ``rng``: each rank also writes its RNG states.
+    ``prepare_dir(staging)`` runs on every rank once the staging directory exists and
+    before any state is written; the files it creates there (subdirectories too) are
+    committed with the checkpoint and listed in its manifest. ``on_commit(path)`` runs on
+    rank 0 after the commit (rotation). Every rank returns the committed path, or raises
+    if any rank failed (nothing is committed then, and the previous checkpoint at
+    ``directory`` is untouched).
     """
     final = Path(directory)
     rank, world, on = _dist()
     kinds = sharded_objects(objects)
+    whole = _whole(replicated, kinds)
     staging = Path(_broadcast(str(new_staging_dir(final)) if rank == 0 else None, on))
-    outcome: dict[str, Any]
-    try:
-        outcome = {"files": _write_and_hash(staging, _state_dicts(objects, kinds), data,
-                                            rank, on)}
-    except (Exception, CheckpointException) as exc:  # DCP's is a BaseException
-        outcome = {"error": _describe(exc)}
-    results = _gather(outcome, on)
-    error = next((f"rank {r}: {o['error']}" for r, o in enumerate(results) if "error" in o),
-                 None)
+    error = _failure(_gather(_prepare(prepare_dir, staging), on))
+    prepared = _listing(staging) if rank == 0 and error is None else set()
+    results: list[dict[str, Any]] = []
+    if error is None:
+        try:
+            files = _write_and_hash(staging, _state_dicts(objects, kinds), data, rank, on)
+            part_files, entries = write_parts(staging, snapshot(whole, None, rng,
+                                                                Peers(rank, world)))
+            outcome: dict[str, Any] = {"files": {**files, **part_files}, "objects": entries}
+        except (Exception, CheckpointException) as exc:  # DCP's is a BaseException
+            outcome = {"error": _describe(exc)}
+        results = _gather(outcome, on)
+        error = _failure(results)
+    committed, hook_error = False, None
     if rank == 0 and error is None:
         try:
-            files = {n: FileRecord.from_json(rec) for o in results for n, rec in o["files"].items()}
-            stray = sorted(p.name for p in staging.iterdir() if p.name not in files)
-            if stray:
-                raise CheckpointError(f"unexpected files in {staging}: {stray}")
-            manifest = Manifest(files=files, step=step, world_size=world,
-                                ranks=list(range(world)), layout=SHARDED_LAYOUT,
-                                created_unix=time.time(), libraries=library_versions(),
-                                metadata={**(metadata or {}), OBJECTS_KEY: kinds})
-            _commit(staging, final, manifest)
+            _commit(staging, final, _manifest(staging, results, prepared, step, world, kinds,
+                                              metadata))
+            committed = True
         except Exception as exc:
             error = f"rank 0: {type(exc).__name__}: {exc}"
-    if rank == 0 and error is not None:
+    if rank == 0 and not committed:
         shutil.rmtree(staging, ignore_errors=True)
-    error = _broadcast(error, on)
+    if rank == 0 and committed and on_commit is not None:
+        try:
+            on_commit(final)
+        except Exception as exc:
+            hook_error = f"{type(exc).__name__}: {exc}"
+    error, hook_error = _broadcast([error, hook_error], on)
     if error is not None:
         raise CheckpointError(f"Sharded save of {final} failed, nothing was committed: {error}")
+    if hook_error is not None:
+        raise CheckpointError(f"{final} was committed, but on_commit failed on rank 0: "
+                              f"{hook_error}")
     return final
 
 
@@ -253,14 +335,27 @@ def read_sharded_manifest(path: Path, rank: int = 0, world: int = 1,
     return manifest
 
 
+def _rng_state(path: Path, manifest: Manifest, rank: int) -> Any:
+    """This rank's saved RNG states (``None``, with a warning, when there are none)."""
+    if rng_name(rank) in manifest.objects:
+        return read_object(path, rng_name(rank), manifest)
+    warnings.warn(f"{path} holds no RNG state for rank {rank} (saved by {manifest.world_size} "
+                  "process(es)); this rank's random draws will differ from the original run.",
+                  stacklevel=3)
+    return None
+
+
 def load_sharded_state(directory: str | os.PathLike[str], objects: Mapping[str, Any], *,
-                       strict: bool = True) -> LoadedShardedState:
+                       strict: bool = True, replicated: Mapping[str, Any] | None = None,
+                       rng: bool = False) -> LoadedShardedState:
     """Verify ``directory`` and load it into ``objects`` (sharded like, or unlike, the save).
 
     A collective: call it on every rank with objects built (and sharded) the same way.
     The whole checkpoint is hash-checked before anything is read; a damaged file raises
-    ``CorruptCheckpointError`` naming it, on every rank. ``strict``: every object must be
-    in the checkpoint (else it is skipped with a warning).
+    ``CorruptCheckpointError`` naming it, on every rank. ``replicated``: the objects saved
+    with ``replicated=`` (each gets its saved state whole). ``rng``: restore this rank's
+    RNG states (saved with ``rng=True``). ``strict``: every object must be in the
+    checkpoint (else it is skipped with a warning).
     """
     import torch.distributed.checkpoint as dcp
 
@@ -271,23 +366,34 @@ def load_sharded_state(directory: str | os.PathLike[str], objects: Mapping[str, 
     manifest = read_sharded_manifest(path, rank, world, on)
     saved = dict(manifest.metadata.get(OBJECTS_KEY, {}))
     kinds = sharded_objects(objects)
-    missing = sorted(set(kinds) - set(saved))
+    whole = _whole(replicated, kinds)
+    missing = sorted(set(kinds) - set(saved)) + sorted(set(whole) - set(manifest.objects))
     if missing and strict:
+        have = set(saved) | {n for n, e in manifest.objects.items() if e.get("kind") == "state"}
         raise CheckpointError(f"{path} has no object(s) {missing} (it has: "
-                              f"{', '.join(sorted(saved)) or 'none'}).")
+                              f"{', '.join(sorted(have)) or 'none'}).")
     if missing:
         warnings.warn(f"{path} has no object(s) {missing}; they keep their state.", stacklevel=2)
+    # Read what is not DCP first: nothing changes if a file turns out unreadable.
+    states = {n: read_object(path, n, manifest) for n in whole if n in manifest.objects}
+    rng_state = _rng_state(path, manifest, rank) if rng else None
     chosen = {n: o for n, o in objects.items() if n in saved}
     kinds = {n: kinds[n] for n in chosen}
-    state = _state_dicts(chosen, kinds)
-    reader = VerifiedReader(path, manifest.files.get(DCP_METADATA_NAME))
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", "torch.distributed is disabled")
-        try:
-            dcp.load(state, storage_reader=reader, planner=SafeLoadPlanner(), no_dist=not on)
-        except CheckpointException as exc:  # a BaseException: give it our type and a line
-            raise CheckpointError(f"Could not load {path}: {_describe(exc)}") from exc
-    _apply(chosen, kinds, state)
+    if chosen:
+        state = _state_dicts(chosen, kinds)
+        reader = VerifiedReader(path, manifest.files.get(DCP_METADATA_NAME))
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "torch.distributed is disabled")
+            try:
+                dcp.load(state, storage_reader=reader, planner=SafeLoadPlanner(),
+                         no_dist=not on)
+            except CheckpointException as exc:  # a BaseException: give it our type and a line
+                raise CheckpointError(f"Could not load {path}: {_describe(exc)}") from exc
+        _apply(chosen, kinds, state)
+    for name, saved_state in states.items():
+        whole[name].load_state_dict(saved_state)
+    if rng_state is not None:
+        restore_rng_state(rng_state)
     data = None
     if _DATA_FILE in manifest.files:
         data = read_json(path / _DATA_FILE, manifest.files[_DATA_FILE])

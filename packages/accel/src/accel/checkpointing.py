@@ -235,6 +235,17 @@ def save_state(accelerator: Any, output_dir: str | os.PathLike[str] | None = Non
     wait_for_checkpoint(accelerator)
     target = _output_dir(accelerator, output_dir)
     config = accelerator.project_configuration
+    if _any_sharded(accelerator):  # FSDP2 / DTensor models: every rank writes its shards
+        from accel import _sharded_state
+
+        if async_save:
+            warnings.warn("async_save=True is not supported with sharded (FSDP2/DTensor) "
+                          "models: sharded checkpoints are saved synchronously.", UserWarning,
+                          stacklevel=3)
+        _sharded_state.save_sharded_accelerator_state(accelerator, target,
+                                                      on_commit=_rotation(config))
+        config.iteration += 1
+        return str(target)
     weights = [get_state_dict(accelerator, m) for m in accelerator._models]
     objects: dict[str, Any] = {}
 
@@ -245,12 +256,9 @@ def save_state(accelerator: Any, output_dir: str | os.PathLike[str] | None = Non
                                        accelerator._schedulers, accelerator._dataloaders,
                                        _scaler(accelerator), accelerator._custom_objects))
 
-    on_commit = None
-    if config.automatic_checkpoint_naming and config.total_limit is not None:
-        def on_commit(path: Path) -> None:
-            rotate_checkpoints(path.parent, config.total_limit, CHECKPOINT_PATTERN, protect=path)
     result = save_checkpoint(target, objects, data={"step": accelerator.step},
-                             step=accelerator.step, async_save=async_save, on_commit=on_commit,
+                             step=accelerator.step, async_save=async_save,
+                             on_commit=_rotation(config),
                              prepare_dir=prepare_dir,
                              stable=_stable_tensors(accelerator) if async_save else ())
     if isinstance(result, PendingSave):
@@ -296,6 +304,15 @@ def load_state(accelerator: Any, input_dir: str | os.PathLike[str] | None = None
         if input_dir is None:
             raise CheckpointError(f"No complete checkpoint in {config.checkpoints_dir} to load.")
     input_dir = Path(input_dir)
+    from accel import _sharded_state
+
+    sharded = _any_sharded(accelerator)
+    manifest = read_manifest(input_dir)
+    _sharded_state.check_layout(manifest.layout, manifest.world_size, sharded, input_dir)
+    if sharded:
+        _sharded_state.load_sharded_accelerator_state(accelerator, input_dir)
+        _continue_numbering(config, input_dir)
+        return
     models = list(accelerator._models)
     strict = load_model_func_kwargs.get("strict", True)
     objects: dict[str, Any] = {}
@@ -313,7 +330,29 @@ def load_state(accelerator: Any, input_dir: str | os.PathLike[str] | None = None
         accelerator._checkpoint_verification = loaded.verification
         _arm_gate(accelerator)
     accelerator.step = int((loaded.data or {}).get("step", loaded.step or 0))
-    match = _AUTO_NAME.fullmatch(input_dir.name)
+    _continue_numbering(config, input_dir)
+
+
+def _any_sharded(accelerator: Any) -> bool:
+    from accel._sharded_state import is_sharded_model
+
+    return any(is_sharded_model(m) for m in accelerator._models)
+
+
+def _rotation(config: ProjectConfiguration) -> Callable[[Path], None] | None:
+    """The ``on_commit`` hook applying ``total_limit`` to automatically named checkpoints."""
+    if not (config.automatic_checkpoint_naming and config.total_limit is not None):
+        return None
+    limit = config.total_limit
+
+    def rotate(path: Path) -> None:
+        rotate_checkpoints(path.parent, limit, CHECKPOINT_PATTERN, protect=path)
+    return rotate
+
+
+def _continue_numbering(config: ProjectConfiguration, loaded: Path) -> None:
+    """After loading ``checkpoint_<n>``, automatic naming goes on with ``n + 1``."""
+    match = _AUTO_NAME.fullmatch(loaded.name)
     if config.automatic_checkpoint_naming and match:
         config.iteration = int(match.group(1)) + 1
 

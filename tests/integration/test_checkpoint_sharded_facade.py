@@ -1,0 +1,44 @@
+"""Accelerator.save_state/load_state with an FSDP2 model in 2 processes (sharded layout).
+
+One launch (see scripts/checkpoint_sharded_facade.py): exact resume through the facade
+with dropout, a shuffled dataloader, an LR scheduler and a registered object; a save
+pre-hook's files committed; async_save warned and saved synchronously; rotation; an
+unsharded model refused. Then this process checks the committed checkpoint's manifest.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.multiprocess
+
+
+def _explain(proc) -> str:
+    return f"exit {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
+
+
+def test_fsdp2_save_state_load_state(launch, scripts, tmp_path):
+    from accel_checkpoint.manifest import verify_checkpoint
+
+    proc = launch("--cpu", "--num_processes", "2", str(scripts / "checkpoint_sharded_facade.py"),
+                  str(tmp_path))
+    assert proc.returncode == 0, _explain(proc)
+    for rank in (0, 1):
+        assert (f"FACADE-RESUME rank={rank} exact=True state=True hook=True async_warned=True "
+                "saved=checkpoint_1") in proc.stdout, _explain(proc)
+        assert f"UNSHARDED-REFUSED rank={rank} clear=True" in proc.stdout, _explain(proc)
+
+    root = tmp_path / "checkpoints"
+    assert sorted(p.name for p in root.iterdir()) == ["checkpoint_1"]  # rotated, no staging
+    path = root / "checkpoint_1"
+    manifest = verify_checkpoint(path, deep=True)  # every sha256, the hook's files included
+    assert (manifest.layout, manifest.world_size, manifest.ranks, manifest.step) == (
+        "sharded", 2, [0, 1], 6)
+    assert manifest.metadata["sharded_objects"] == {"model": "model", "optimizer": "optimizer"}
+    kinds = {name: entry["kind"] for name, entry in manifest.objects.items()}
+    assert kinds == {"scheduler": "state", "dataloader": "state", "custom_checkpoint_0": "state",
+                     "random_states_0": "rng", "random_states_1": "rng"}
+    assert {"random_states_0.safetensors", "random_states_1.safetensors",
+            "hook/extra_0.txt", "hook/extra_1.txt", "__0_0.distcp", "__1_0.distcp",
+            ".metadata", "_data.json"} <= set(manifest.files)
+    assert (path / "hook" / "extra_1.txt").read_text() == "rank 1"
