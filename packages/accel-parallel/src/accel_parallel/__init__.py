@@ -12,7 +12,7 @@ from accel_parallel.single import SingleDeviceStrategy
 from accel_parallel.strategy import STRATEGIES, Strategy, SupportsNoSync
 from accel_parallel.unwrap import extract_model_from_parallel
 
-__version__ = "0.1.0"
+__version__ = "0.1.1"
 
 __all__ = [
     "DDPCommunicationHookType", "DDPStrategy", "DistributedDataParallelKwargs", "STRATEGIES",

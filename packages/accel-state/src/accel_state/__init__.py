@@ -72,7 +72,7 @@ from accel_state.state import (
     is_initialized,
 )
 
-__version__ = "0.1.0"
+__version__ = "0.1.1"
 
 
 def wait_for_everyone() -> None:
