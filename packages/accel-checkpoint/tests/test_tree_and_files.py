@@ -76,7 +76,7 @@ def test_reader_names_a_flipped_or_truncated_file(tmp_path):
     data = bytearray(path.read_bytes())
     data[-10] ^= 0xFF
     path.write_bytes(bytes(data))
-    with pytest.raises(CorruptCheckpointError, match="sha256") as info:
+    with pytest.raises(CorruptCheckpointError, match="xxh3-128 of chunk 0") as info:
         read_safetensors(path, record)
     assert info.value.path == str(path)
     path.write_bytes(bytes(data[:-4]))
@@ -85,13 +85,30 @@ def test_reader_names_a_flipped_or_truncated_file(tmp_path):
 
 
 def test_chunked_digests_name_the_damaged_chunk(tmp_path):
-    from accel_checkpoint.manifest import check_bytes, record_of
+    """Both digests of every chunk are recorded; loading checks xxh3-128, `accel checkpoint
+    verify` sha256, records without xxh3 digests fall back to sha256; each names the chunk."""
+    import hashlib
+
+    import xxhash
+    from accel_checkpoint.hashing import FileRecord, check_bytes, record_of
 
     data = bytearray(range(256)) * 4
     record = record_of(bytes(data), chunk_size=100)
-    assert len(record.chunks) == 11 and record.size == len(data)
+    assert len(record.chunks) == len(record.xxh3) == 11 and record.size == len(data)
+    assert record.chunks[0] == hashlib.sha256(bytes(data[:100])).hexdigest()
+    assert record.xxh3[0] == xxhash.xxh3_128(bytes(data[:100])).hexdigest()
+    assert FileRecord.from_json(record.to_json()) == record
     check_bytes("f", bytes(data), record)  # intact: no error
+    check_bytes("f", bytes(data), record, fast=False)
     data[250] ^= 0x01
-    with pytest.raises(CorruptCheckpointError, match=r"chunk 2 \(bytes 200-300\)"):
+    with pytest.raises(CorruptCheckpointError, match=r"xxh3-128 of chunk 2 \(bytes 200-300\)"):
         check_bytes("f", bytes(data), record)
+    with pytest.raises(CorruptCheckpointError, match=r"sha256 of chunk 2 \(bytes 200-300\)"):
+        check_bytes("f", bytes(data), record, fast=False)
+    older = FileRecord(record.size, record.sha256, record.chunk_size, record.chunks)
+    assert "xxh3_128" not in older.to_json()
+    with pytest.raises(CorruptCheckpointError, match=r"sha256 of chunk 2"):
+        check_bytes("f", bytes(data), older)  # no xxh3 digests: sha256
+    with pytest.raises(ValueError, match="xxh3_128"):
+        FileRecord.from_json({**record.to_json(), "xxh3_128": record.to_json()["xxh3_128"][:3]})
     assert record_of(b"").chunks == ()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import platform
 
+import accel_launch
 import pytest
 import torch
 from accel_launch.cli import main
@@ -12,7 +13,7 @@ from accel_launch.env_command import accel_distributions, collect_env_info, form
 
 def test_accel_distributions_lists_this_package_and_not_others() -> None:
     dists = accel_distributions()
-    assert dists["accel-launch"] == "0.1.0"
+    assert dists["accel-launch"] == accel_launch.__version__
     assert "accel-state" in dists
     assert "torch" not in dists and "accelerate" not in dists
 
@@ -23,7 +24,7 @@ def test_collect_env_info_facts(monkeypatch: pytest.MonkeyPatch) -> None:
     info = collect_env_info()
     assert info["torch version"] == torch.__version__
     assert info["Python version"] == platform.python_version()
-    assert info["accel-launch version"] == "0.1.0"
+    assert info["accel-launch version"] == accel_launch.__version__
     assert info["CPU count"].isdigit()
     assert info["Memory"].endswith("GiB")
     if not torch.cuda.is_available():
@@ -44,5 +45,5 @@ def test_accel_env_command(capsys: pytest.CaptureFixture[str],
     out = capsys.readouterr().out
     assert out.startswith("Copy-and-paste the text below in your bug report.")
     assert f"- torch version: {torch.__version__}" in out
-    assert "- accel-launch version: 0.1.0" in out
+    assert f"- accel-launch version: {accel_launch.__version__}" in out
     assert "- CUDA devices: " in out

@@ -30,7 +30,7 @@ _EXPORTS = {
     "CorruptCheckpointError": "accel_checkpoint.errors",
     "Manifest": "accel_checkpoint.manifest",
     "CheckpointInfo": "accel_checkpoint.manifest",
-    "Verification": "accel_checkpoint.manifest",
+    "Verification": "accel_checkpoint.hashing",
     "verify_checkpoint": "accel_checkpoint.manifest",
     "list_checkpoints": "accel_checkpoint.manifest",
     "latest_checkpoint": "accel_checkpoint.manifest",
@@ -66,10 +66,10 @@ if TYPE_CHECKING:
         wait_for_pending_saves,
         wait_for_staging,
     )
+    from accel_checkpoint.hashing import Verification
     from accel_checkpoint.manifest import (
         CheckpointInfo,
         Manifest,
-        Verification,
         latest_checkpoint,
         list_checkpoints,
         verify_checkpoint,

@@ -26,7 +26,7 @@ def verify_command(args: argparse.Namespace) -> int:
         print(f"CORRUPT {exc}", file=sys.stderr)
         return 1
     total = sum(r.size for r in manifest.files.values())
-    how = "sizes" if args.quick else "sizes and sha256"
+    how = "sizes" if args.quick else "sizes and every sha256"
     print(f"OK {args.path}: {len(manifest.files)} files ({total} bytes, {how} checked), "
           f"step {manifest.step}, world size {manifest.world_size}, ranks {manifest.ranks}")
     return 0

@@ -27,7 +27,7 @@ from torch.distributed.checkpoint.default_planner import (
 from torch.distributed.checkpoint.planner import ReadItem
 
 from accel_checkpoint.errors import CorruptCheckpointError
-from accel_checkpoint.manifest import FileRecord, check_bytes
+from accel_checkpoint.hashing import FileRecord, check_bytes
 
 __all__ = ["DCP_METADATA_NAME", "read_dcp_metadata", "VerifiedReader", "SafeLoadPlanner",
            "SafeFullLoadPlanner"]

@@ -1,10 +1,11 @@
-"""Durable, hashed file I/O: safetensors and JSON written with fsync, read with sha256 checks.
+"""Durable, hashed file I/O: safetensors and JSON written with fsync, read with hash checks.
 
 The safetensors files are written here rather than through ``safetensors.torch.save_file``
 so each byte is touched once: tensor memory goes straight to the file (no intermediate
 ``bytes``) while a thread pool hashes the same memory in ``HASH_CHUNK`` pieces for the
 manifest. Reading maps the file copy-on-write (no read copy, no fresh allocation), checks
-every chunk's sha256 in parallel, and only then views the mapping as tensors.
+every chunk's digest in parallel (:mod:`accel_checkpoint.hashing`), and only then views the
+mapping as tensors.
 The files follow the safetensors format (8-byte little-endian header length, JSON header,
 raw little-endian data) and load with any safetensors reader.
 """
@@ -20,11 +21,11 @@ from typing import Any
 import torch
 
 from accel_checkpoint.errors import CorruptCheckpointError
-from accel_checkpoint.manifest import (
+from accel_checkpoint.hashing import (
     HASH_CHUNK,
     FileRecord,
     check_bytes,
-    chunk_digest,
+    chunk_digests,
     chunked_record,
     hash_pool,
     map_file,
@@ -54,7 +55,7 @@ class _ChunkHasher:
         self._pieces: list[memoryview] = []
         self._filled = 0
         self._size = 0
-        self._futures: list[Future[bytes]] = []
+        self._futures: list[Future[tuple[bytes, bytes]]] = []
 
     def update(self, view: memoryview) -> None:
         self._size += len(view)
@@ -68,7 +69,7 @@ class _ChunkHasher:
 
     def _flush(self) -> None:
         if self._pieces:
-            self._futures.append(hash_pool().submit(chunk_digest, self._pieces))
+            self._futures.append(hash_pool().submit(chunk_digests, self._pieces))
         self._pieces, self._filled = [], 0
 
     def record(self) -> FileRecord:
@@ -115,7 +116,7 @@ def _header(tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None
 
 def write_safetensors(path: str | os.PathLike[str], tensors: dict[str, torch.Tensor],
                       metadata: dict[str, str] | None = None) -> FileRecord:
-    """Write ``tensors`` as a safetensors file, fsync it, and return its size and sha256."""
+    """Write ``tensors`` as a safetensors file, fsync it, and return its record (size, digests)."""
     head, order = _header(tensors, metadata)
     hasher = _ChunkHasher()
     with open(path, "wb", buffering=0) as handle:
@@ -132,7 +133,7 @@ def write_safetensors(path: str | os.PathLike[str], tensors: dict[str, torch.Ten
 
 def _read_verified(path: Path, expected: FileRecord | None, hashed: bool = True) -> Any:
     """The file's bytes (a copy-on-write mapping), checked against ``expected`` first:
-    its size always, its sha256 unless ``hashed=False`` (the caller verifies it apart)."""
+    its size always, its digests unless ``hashed=False`` (the caller verifies them apart)."""
     try:
         size = path.stat().st_size
     except FileNotFoundError:
@@ -149,7 +150,7 @@ def _read_verified(path: Path, expected: FileRecord | None, hashed: bool = True)
 def read_safetensors(path: str | os.PathLike[str], expected: FileRecord | None = None,
                      hashed: bool = True) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     """``(tensors, metadata)`` of a safetensors file, verified against ``expected``
-    (``hashed=False``: its size only; the caller checks the sha256 apart)."""
+    (``hashed=False``: its size only; the caller checks the digests apart)."""
     path = Path(path)
     buffer = _read_verified(path, expected, hashed)
     try:

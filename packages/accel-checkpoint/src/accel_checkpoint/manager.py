@@ -23,10 +23,9 @@ from accel_state.random import restore_rng_state
 from accel_checkpoint.coordination import Peers, SaveRound
 from accel_checkpoint.errors import CheckpointError
 from accel_checkpoint.fileio import read_json, read_safetensors
+from accel_checkpoint.hashing import FileRecord, Verification
 from accel_checkpoint.manifest import (
-    FileRecord,
     Manifest,
-    Verification,
     latest_checkpoint,
     list_checkpoints,
     verify_checkpoint,

@@ -32,13 +32,8 @@ from accel_checkpoint.constants import MANIFEST_NAME, OLD_INFIX
 from accel_checkpoint.coordination import Peers, SaveRound
 from accel_checkpoint.errors import CheckpointError
 from accel_checkpoint.fileio import write_json, write_safetensors
-from accel_checkpoint.manifest import (
-    FileRecord,
-    Manifest,
-    fsync_dir,
-    library_versions,
-    record_new_files,
-)
+from accel_checkpoint.hashing import FileRecord, fsync_dir, record_new_files
+from accel_checkpoint.manifest import Manifest, library_versions
 from accel_checkpoint.tree import flatten_state
 
 __all__ = ["Part", "snapshot", "stage", "write_parts", "run_save", "abort_save", "DATA_NAME",

@@ -40,16 +40,8 @@ from accel_checkpoint.coordination import Peers, new_staging_dir
 from accel_checkpoint.errors import CheckpointError, CorruptCheckpointError
 from accel_checkpoint.fileio import read_json, write_json
 from accel_checkpoint.manager import read_object
-from accel_checkpoint.manifest import (
-    FileRecord,
-    Manifest,
-    check_bytes,
-    hash_file,
-    library_versions,
-    map_file,
-    record_new_files,
-    verify_checkpoint,
-)
+from accel_checkpoint.hashing import FileRecord, check_bytes, hash_file, map_file, record_new_files
+from accel_checkpoint.manifest import Manifest, library_versions, verify_checkpoint
 from accel_checkpoint.saving import _commit, check_name, rng_name, snapshot, write_parts
 
 __all__ = ["SHARDED_LAYOUT", "save_sharded_state", "load_sharded_state", "LoadedShardedState",

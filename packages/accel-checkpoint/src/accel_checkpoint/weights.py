@@ -27,7 +27,7 @@ from accel_checkpoint.constants import (
 )
 from accel_checkpoint.errors import CheckpointError
 from accel_checkpoint.fileio import write_safetensors
-from accel_checkpoint.manifest import fsync_dir
+from accel_checkpoint.hashing import fsync_dir
 
 __all__ = ["save_model_weights", "load_checkpoint_in_model", "clean_state_dict_for_safetensors",
            "id_tensor_storage", "convert_file_size_to_int", "dtype_byte_size", "convert_bytes",

@@ -1,0 +1,281 @@
+"""Per-file records (size + digests) and the parallel hashing that makes and checks them.
+
+A file is hashed in ``HASH_CHUNK`` pieces, on a process-wide thread pool (hashlib and
+xxhash release the GIL), so a big file uses every core and a damaged byte is named down to
+its chunk. Each chunk gets two digests:
+
+- sha256 — the record's ``sha256`` is the sha256 of the concatenated chunk sha256s; what
+  ``accel checkpoint verify`` checks, and what other tools can recompute;
+- xxh3-128 — 128-bit, non-cryptographic and ~15x faster here (28 GB/s against 1.6 GB/s per
+  core); what loading checks. Against accidental damage (bit flips, truncation, a torn
+  write) it is as good as sha256 (a random change goes unnoticed with probability 2**-128);
+  neither protects against someone who can rewrite the files, since the manifest sits
+  beside them.
+
+Records without xxh3 digests (written before they existed, or format 1: one sha256 of the
+whole file) are checked with sha256. Standard library plus xxhash: the ``accel checkpoint``
+verbs use this without torch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import mmap
+import os
+import threading
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import xxhash
+
+__all__ = ["HASH_CHUNK", "FileRecord", "Verification", "hash_pool", "chunk_digests",
+           "chunked_record", "record_of", "map_file", "check_bytes", "hash_file",
+           "record_new_files", "fsync_dir"]
+
+#: Bytes per hashed chunk (format 2): small enough to spread a file over every core.
+HASH_CHUNK = 16 * 2**20
+_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def _corrupt(path: object, problem: str) -> Exception:
+    from accel_checkpoint.errors import CorruptCheckpointError  # imports accel_state (torch)
+
+    return CorruptCheckpointError(path, problem)
+
+
+@dataclass(frozen=True)
+class FileRecord:
+    """Size in bytes and digests of one written file, as the manifest lists it."""
+
+    size: int
+    sha256: str
+    """Format 2: sha256 of the concatenated chunk digests; format 1: of the whole file."""
+    chunk_size: int = 0
+    """Bytes per hashed chunk (``0``: a format-1 record, one sha256 of the whole file)."""
+    chunks: tuple[str, ...] = ()
+    """sha256 (hex) of each ``chunk_size`` piece of the file, in order."""
+    xxh3: tuple[str, ...] = ()
+    """xxh3-128 (hex) of each ``chunk_size`` piece (empty in older records)."""
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"size": self.size, "sha256": self.sha256}
+        if self.chunk_size:
+            out.update(chunk_size=self.chunk_size, chunks=list(self.chunks))
+        if self.xxh3:
+            out["xxh3_128"] = list(self.xxh3)
+        return out
+
+    @classmethod
+    def from_json(cls, rec: Any) -> FileRecord:
+        chunk_size = int(rec.get("chunk_size", 0))
+        chunks = tuple(str(c) for c in rec.get("chunks", ()))
+        xxh3 = tuple(str(c) for c in rec.get("xxh3_128", ()))
+        expected = -(-int(rec["size"]) // chunk_size) if chunk_size else 0
+        if chunk_size and len(chunks) != expected:
+            raise ValueError(f"{len(chunks)} chunk digests for {rec['size']} bytes")
+        if xxh3 and len(xxh3) != expected:
+            raise ValueError(f"{len(xxh3)} xxh3_128 chunk digests for {rec['size']} bytes")
+        return cls(int(rec["size"]), str(rec["sha256"]), chunk_size, chunks, xxh3)
+
+
+def hash_pool() -> ThreadPoolExecutor:
+    """The process-wide threads that hash chunks (one per core)."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(max_workers=max(1, min(32, os.cpu_count() or 1)),
+                                       thread_name_prefix="accel-checkpoint-hash")
+        return _POOL
+
+
+def chunk_digests(pieces: Sequence[Any]) -> tuple[bytes, bytes]:
+    """``(sha256, xxh3-128)`` of the concatenation of ``pieces`` (buffers), not joined."""
+    sha, fast = hashlib.sha256(), xxhash.xxh3_128()
+    for piece in pieces:
+        sha.update(piece)
+        fast.update(piece)
+    return sha.digest(), fast.digest()
+
+
+def _sha256(pieces: Sequence[Any]) -> bytes:
+    sha = hashlib.sha256()
+    for piece in pieces:
+        sha.update(piece)
+    return sha.digest()
+
+
+def _xxh3(piece: Any) -> bytes:
+    return xxhash.xxh3_128(piece).digest()
+
+
+def chunked_record(size: int, chunk_size: int, digests: Sequence[tuple[bytes, bytes]]
+                   ) -> FileRecord:
+    """The record of a file of ``size`` bytes from its chunks' :func:`chunk_digests`."""
+    shas = [sha for sha, _ in digests]
+    return FileRecord(size, hashlib.sha256(b"".join(shas)).hexdigest(), chunk_size,
+                      tuple(d.hex() for d in shas), tuple(fast.hex() for _, fast in digests))
+
+
+def record_of(data: Any, chunk_size: int = HASH_CHUNK) -> FileRecord:
+    """The record of the bytes ``data``; chunks hashed in parallel."""
+    view = memoryview(data).cast("B")
+    starts = range(0, len(view), chunk_size)
+    if len(starts) <= 1:  # small (JSON) files: not worth a trip through the pool
+        digests = [chunk_digests([view])] if len(view) else []
+    else:
+        digests = list(hash_pool().map(lambda s: chunk_digests([view[s:s + chunk_size]]),
+                                       starts))
+    return chunked_record(len(view), chunk_size, digests)
+
+
+def map_file(path: str | os.PathLike[str]) -> Any:
+    """A private copy-on-write mapping of the file (no read copy; ``b""`` when empty)."""
+    with open(path, "rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        if size == 0:
+            return b""
+        return mmap.mmap(handle.fileno(), size, access=mmap.ACCESS_COPY)
+
+
+def _submit_chunks(data: Any, record: FileRecord, fast: bool) -> list[Future[bytes]]:
+    """Hash ``data`` on the pool the way ``record`` was made: per chunk with xxh3-128 when
+    ``fast`` and the record has those digests, else sha256 (per chunk, or whole file)."""
+    view = memoryview(data).cast("B")
+    if not record.chunk_size:  # format 1: one digest of the whole file
+        return [hash_pool().submit(_sha256, [view])]
+    size = record.chunk_size
+    if fast and record.xxh3:
+        return [hash_pool().submit(_xxh3, view[s:s + size]) for s in range(0, len(view), size)]
+    return [hash_pool().submit(_sha256, [view[s:s + size]]) for s in range(0, len(view), size)]
+
+
+def _check_chunks(path: object, futures: list[Future[bytes]], record: FileRecord,
+                  fast: bool) -> None:
+    """Compare the digests of :func:`_submit_chunks` with ``record``; raise naming the chunk."""
+    if not record.chunk_size:
+        digest = futures[0].result().hex()
+        if digest != record.sha256:
+            raise _corrupt(path, f"sha256 is {digest} but the manifest says "
+                           f"{record.sha256}: the file is corrupted")
+        return
+    algorithm, wanted = (("xxh3-128", record.xxh3) if fast and record.xxh3
+                         else ("sha256", record.chunks))
+    size = record.chunk_size
+    for index, (future, want) in enumerate(zip(futures, wanted)):
+        got = future.result().hex()
+        if got != want:
+            for rest in futures:
+                rest.cancel()
+            end = min((index + 1) * size, record.size)
+            raise _corrupt(path, f"{algorithm} of chunk {index} (bytes {index * size}-{end}) "
+                           f"is {got} but the manifest says {want}: the file is corrupted")
+
+
+def check_bytes(path: object, data: Any, record: FileRecord, fast: bool = True) -> None:
+    """Raise ``CorruptCheckpointError`` naming ``path`` (and the chunk) unless ``data``
+    (the file's bytes) matches ``record``; ``fast=False`` insists on sha256."""
+    size = len(memoryview(data).cast("B"))
+    if size != record.size:
+        raise _corrupt(path, f"size is {size} bytes but the manifest says {record.size}: "
+                       "the file is truncated or was changed")
+    _check_chunks(path, _submit_chunks(data, record, fast), record, fast)
+
+
+class Verification:
+    """The check of a set of checkpoint files against their records, on the hash pool.
+
+    Every chunk of every file is submitted at once (the files are hashed in parallel);
+    :meth:`wait` raises ``CorruptCheckpointError`` naming the first bad file (in name
+    order), the same error on every later call. Each file is hashed through its own
+    mapping, so tensors loaded from the checkpoint (copy-on-write mappings) may already be
+    in use while this runs. ``fast``: xxh3-128 where the records have it (loading), else
+    sha256 (``accel checkpoint verify``).
+    """
+
+    def __init__(self, path: str | os.PathLike[str], files: dict[str, FileRecord],
+                 fast: bool = True) -> None:
+        self.path = Path(path)
+        self._jobs: list[tuple[Path, FileRecord, list[Future[bytes]]]] = []
+        self._error: BaseException | None = None
+        self._checked = False
+        self._fast = fast
+        for name in sorted(files):
+            record, file = files[name], self.path / name
+            try:
+                data = map_file(file)
+            except FileNotFoundError:
+                self._error = _corrupt(file, "listed in the manifest but missing")
+                break
+            if len(data) != record.size:
+                self._error = _corrupt(file, f"size is {len(data)} bytes but the manifest "
+                                       f"says {record.size}: the file is truncated or changed")
+                break
+            self._jobs.append((file, record, _submit_chunks(data, record, fast)))
+
+    def done(self) -> bool:
+        """Whether every chunk has been hashed (``wait`` then returns at once)."""
+        return self._checked or all(f.done() for _, _, futures in self._jobs for f in futures)
+
+    def wait(self) -> None:
+        """Block until every file is hashed; raise if one does not match the manifest."""
+        if not self._checked:
+            self._checked = True
+            try:
+                if self._error is None:
+                    for file, record, futures in self._jobs:
+                        _check_chunks(file, futures, record, self._fast)
+            except BaseException as exc:
+                self._error = exc
+            finally:
+                for _, _, futures in self._jobs:
+                    for future in futures:
+                        future.cancel()
+                self._jobs = []
+        if self._error is not None:
+            raise self._error
+
+
+def hash_file(path: str | os.PathLike[str], chunk_size: int = HASH_CHUNK) -> FileRecord:
+    """The record (size, chunked sha256 and xxh3-128) of an existing file."""
+    return record_of(map_file(path), chunk_size)
+
+
+def record_new_files(directory: str | os.PathLike[str], known: Any) -> dict[str, FileRecord]:
+    """Records of the files under ``directory`` (recursively) whose relative POSIX path is
+    not in ``known``: what a save pre-hook wrote into the staging directory, so that the
+    manifest lists it and verification covers it. Each such file and subdirectory is
+    fsynced (the hook's writer may not have), so the commit makes them durable too."""
+    root = Path(directory)
+    found: dict[str, FileRecord] = {}
+    for dirpath, _dirs, names in os.walk(root):
+        here = Path(dirpath)
+        for name in names:
+            rel = (here / name).relative_to(root).as_posix()
+            if rel not in known:
+                fd = os.open(here / name, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                found[rel] = hash_file(here / name)
+        if here != root:
+            fsync_dir(here)
+    return found
+
+
+def fsync_dir(path: str | os.PathLike[str]) -> None:
+    """fsync a directory so the names it holds (new files, a rename) are durable."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # platforms without directory fds (Windows): nothing to do
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
