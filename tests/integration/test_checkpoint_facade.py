@@ -171,3 +171,27 @@ def test_background_verification_passes_and_async_save_defers_the_copy(tmp_path,
         assert torch.equal(value, before[key]), key
     train_step()  # the gate passes: the checkpoint is intact
     assert accelerator._checkpoint_verification is None
+
+
+def test_custom_state_written_by_a_hook_is_verified_by_load_custom_state(tmp_path):
+    """Accelerate's save_custom_state/load_custom_state from hooks: the files land in the
+    manifest, so load_custom_state checks them; outside a checkpoint they load unchecked."""
+    from accel.checkpointing import load_custom_state, save_custom_state
+
+    accelerator = Accelerator(cpu=True)
+    accelerator.prepare(nn.Linear(2, 2))
+    counter = Counter()
+    counter.value = 5
+    accelerator.register_save_state_pre_hook(
+        lambda models, weights, out: save_custom_state(counter, out, index=3))
+    path = accelerator.save_state(tmp_path / "ckpt")
+    fresh = Counter()
+    load_custom_state(fresh, path, index=3)
+    assert fresh.value == 5
+    target = tmp_path / "ckpt" / "custom_checkpoint_3.json"
+    target.write_text(target.read_text().replace("5", "6"))
+    with pytest.raises(CorruptCheckpointError, match="custom_checkpoint_3.json"):
+        load_custom_state(Counter(), path, index=3)
+    save_custom_state(counter, tmp_path, index=0)  # a plain directory: no manifest
+    load_custom_state(fresh, tmp_path, index=0)
+    assert fresh.value == 5

@@ -212,7 +212,7 @@ def _check_layout(path: Path, manifest: Manifest) -> None:
 
 def load_checkpoint(path: str | os.PathLike[str], objects: Mapping[str, Any] | None = None, *,
                     rng: bool = True, strict: bool = True, verify: str = "full",
-                    prepare: Any = None) -> LoadedCheckpoint:
+                    prepare: Any = None, manifest: Manifest | None = None) -> LoadedCheckpoint:
     """Verify ``path`` and restore ``objects`` (name -> object with ``load_state_dict``).
 
     ``verify="full"`` (default): the manifest, the sizes and every file's sha256 are
@@ -225,13 +225,14 @@ def load_checkpoint(path: str | os.PathLike[str], objects: Mapping[str, Any] | N
     ``prepare(path)`` runs after the up-front checks and before objects are read (load
     pre-hooks: it may change ``objects``, a dict). ``strict``: an object missing from the
     checkpoint is an error (else a warning). ``rng`` restores this rank's RNG states.
+    ``manifest``: the checkpoint's manifest when the caller has already read it.
     """
     if verify not in VERIFY_MODES:
         raise CheckpointError(f"verify={verify!r} is not a verification mode: use one of "
                               f"{', '.join(VERIFY_MODES)}.")
     wait_for_pending_saves()
     path = Path(path)
-    manifest = verify_checkpoint(path, deep=False)
+    manifest = verify_checkpoint(path, deep=False, manifest=manifest)
     _check_layout(path, manifest)
     rank = Peers.current().rank
     if verify == "full":

@@ -129,12 +129,13 @@ def read_manifest(path: str | os.PathLike[str]) -> Manifest:
 
 
 def verify_checkpoint(path: str | os.PathLike[str], deep: bool = True,
-                      fast: bool = False) -> Manifest:
+                      fast: bool = False, manifest: Manifest | None = None) -> Manifest:
     """Check a checkpoint against its manifest; raise ``CorruptCheckpointError`` naming the
     first bad file. ``deep=False`` checks presence and sizes only (no reading); ``deep``
-    checks every byte with sha256, or with the xxh3-128 digests when ``fast``."""
+    checks every byte with sha256, or with the xxh3-128 digests when ``fast``.
+    ``manifest``: the one already read from ``path`` (else it is read here)."""
     path = Path(path)
-    manifest = read_manifest(path)
+    manifest = manifest if manifest is not None else read_manifest(path)
     for name, record in manifest.files.items():
         file = path / name
         try:

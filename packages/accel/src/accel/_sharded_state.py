@@ -21,6 +21,8 @@ import torch
 from accel_checkpoint.errors import CheckpointError
 from accel_checkpoint.sharded import SHARDED_LAYOUT, load_sharded_state, save_sharded_state
 
+from accel._checkpoint_objects import saved_dataloaders, scaler_of, shared_objects
+
 __all__ = ["is_sharded_model", "check_layout", "save_sharded_accelerator_state",
            "load_sharded_accelerator_state"]
 
@@ -83,8 +85,6 @@ def save_sharded_accelerator_state(accelerator: Any, target: Path,
     in the manifest. Then ``prepare_dir(staging)`` if given; ``on_commit(path)`` runs on
     rank 0 after the commit (rotation).
     """
-    from accel.checkpointing import _scaler, _shared_objects
-
     models = accelerator._models
 
     def prepare(staging: Path) -> None:
@@ -93,10 +93,10 @@ def save_sharded_accelerator_state(accelerator: Any, target: Path,
         if prepare_dir is not None:
             prepare_dir(staging)
 
-    objects = _shared_objects([accelerator.unwrap_model(m) for m in models],
-                              accelerator._optimizers, accelerator._schedulers,
-                              accelerator._dataloaders, _scaler(accelerator),
-                              accelerator._custom_objects)
+    objects = shared_objects([accelerator.unwrap_model(m) for m in models],
+                             accelerator._optimizers, accelerator._schedulers,
+                             accelerator._dataloaders, scaler_of(accelerator),
+                             accelerator._custom_objects)
     by_shard, whole = _split(objects)
     return save_sharded_state(target, by_shard, replicated=whole,
                               data={"step": accelerator.step}, step=accelerator.step, rng=True,
@@ -111,15 +111,13 @@ def load_sharded_accelerator_state(accelerator: Any, input_dir: Path) -> None:
     list is not loaded. Its optimizer cannot be loaded then either (DCP keys optimizer
     state by the owning model's parameter names), which raises a ``CheckpointError``.
     """
-    from accel.checkpointing import _saved_dataloaders, _scaler, _shared_objects
-
     models = list(accelerator._models)
     for hook in accelerator._load_model_state_pre_hook.values():
         hook(models, str(input_dir))
-    objects = _shared_objects([accelerator.unwrap_model(m) for m in models],
-                              accelerator._optimizers, accelerator._schedulers, [],
-                              _scaler(accelerator), accelerator._custom_objects)
-    objects.update(_saved_dataloaders(input_dir, accelerator._dataloaders))
+    objects = shared_objects([accelerator.unwrap_model(m) for m in models],
+                             accelerator._optimizers, accelerator._schedulers, [],
+                             scaler_of(accelerator), accelerator._custom_objects)
+    objects.update(saved_dataloaders(input_dir, accelerator._dataloaders))
     by_shard, whole = _split(objects)
     loaded = load_sharded_state(input_dir, by_shard, replicated=whole, rng=True)
     accelerator.step = int((loaded.data or {}).get("step", loaded.step or 0))

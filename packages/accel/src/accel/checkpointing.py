@@ -1,8 +1,9 @@
 """``Accelerator.save_state``/``load_state`` and friends, on top of accel-checkpoint.
 
 Also Accelerate's ``accelerate.checkpointing`` module path: ``save_accelerator_state``,
-``load_accelerator_state``, ``save_custom_state``, ``load_custom_state``. The Accelerator
-methods are thin delegations to the functions here, which take the accelerator first.
+``load_accelerator_state``, ``save_custom_state``, ``load_custom_state`` (written in
+``accel._checkpoint_objects``, re-exported here). The Accelerator methods are thin
+delegations to the functions here, which take the accelerator first.
 
 A checkpoint holds: each prepared model's unwrapped weights (``model.safetensors``,
 ``model_1.safetensors``, ...), optimizers, schedulers, the grad scaler, the position of
@@ -23,7 +24,6 @@ from typing import Any
 
 import torch
 from accel_checkpoint.errors import CheckpointError
-from accel_checkpoint.fileio import read_json, read_safetensors, write_json, write_safetensors
 from accel_checkpoint.manager import (
     VERIFY_MODES,
     PendingSave,
@@ -36,111 +36,31 @@ from accel_checkpoint.manager import (
 from accel_checkpoint.manifest import latest_checkpoint, read_manifest
 from accel_checkpoint.merge import merge_fsdp_weights
 from accel_checkpoint.project import CHECKPOINT_PATTERN, ProjectConfiguration
-from accel_checkpoint.tree import flatten_state, unflatten_state
 from accel_checkpoint.weights import load_checkpoint_in_model, save, save_model_weights
-from accel_state import PartialState, env
+from accel_state import env
 from accel_state.errors import ConfigurationError
 from accel_state.protocols import Stateful
 from torch.utils.hooks import RemovableHandle
+
+from accel._checkpoint_objects import (
+    ModelSlot,
+    load_accelerator_state,
+    load_custom_state,
+    saved_dataloaders,
+    save_accelerator_state,
+    save_custom_state,
+    scaler_of,
+    shared_objects,
+)
 
 __all__ = ["ProjectConfiguration", "save_accelerator_state", "load_accelerator_state",
            "save_custom_state", "load_custom_state", "load_checkpoint_in_model",
            "init_checkpointing", "save_state", "load_state", "register_for_checkpointing",
            "register_save_state_pre_hook", "register_load_state_pre_hook", "save_model",
            "get_state_dict", "wait_for_checkpoint", "CheckpointingMixin",
-           "merge_fsdp_weights"]
+           "merge_fsdp_weights", "save"]
 
 _AUTO_NAME = re.compile(r"checkpoint_(\d+)")
-
-
-def _indexed(base: str, i: int) -> str:
-    return base if i == 0 else f"{base}_{i}"
-
-
-def _shared_objects(model_states: list[Any], optimizers: list[Any], schedulers: list[Any],
-                    dataloaders: list[Any], scaler: Any = None,
-                    custom: list[Any] | None = None) -> dict[str, Any]:
-    """The name -> object (or state dict) map of a save; names match on load."""
-    objects: dict[str, Any] = {}
-    objects.update({_indexed("model", i): s for i, s in enumerate(model_states)})
-    objects.update({_indexed("optimizer", i): o for i, o in enumerate(optimizers)})
-    objects.update({_indexed("scheduler", i): s for i, s in enumerate(schedulers)})
-    objects.update({_indexed("dataloader", i): d for i, d in enumerate(dataloaders)
-                    if isinstance(d, Stateful)})
-    if scaler is not None:
-        objects["scaler"] = scaler
-    objects.update({f"custom_checkpoint_{i}": o for i, o in enumerate(custom or [])})
-    return objects
-
-
-class _ModelSlot:
-    """Loads a state dict into the unwrapped model (DDP, compile wrappers stripped)."""
-
-    def __init__(self, model: torch.nn.Module, strict: bool) -> None:
-        self.model, self.strict = model, strict
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        from accel_parallel import extract_model_from_parallel
-
-        extract_model_from_parallel(self.model).load_state_dict(state, strict=self.strict)
-
-
-# -- Accelerate's functional layer ------------------------------------------------------------
-def save_accelerator_state(output_dir: str | os.PathLike[str], model_states: list[Any],
-                           optimizers: list[Any], schedulers: list[Any], dataloaders: list[Any],
-                           process_index: int, step: int, scaler: Any = None,
-                           save_on_each_node: bool = False, safe_serialization: bool = True,
-                           ) -> Path | None:
-    """Save models' state dicts, optimizers, schedulers, dataloaders, scaler, step, RNG."""
-    objects = _shared_objects(model_states, optimizers, schedulers, dataloaders, scaler)
-    result = save_checkpoint(output_dir, objects, data={"step": step}, step=step)
-    return result if not isinstance(result, PendingSave) else result.wait()
-
-
-def load_accelerator_state(input_dir: str | os.PathLike[str], models: list[Any],
-                           optimizers: list[Any], schedulers: list[Any], dataloaders: list[Any],
-                           process_index: int, scaler: Any = None, map_location: Any = None,
-                           **load_model_func_kwargs: Any) -> dict[str, Any]:
-    """Inverse of :func:`save_accelerator_state`; returns ``{"step": ...}`` to apply."""
-    strict = load_model_func_kwargs.get("strict", True)
-    models = [_ModelSlot(m, strict) for m in models]
-    objects = _shared_objects(models, optimizers, schedulers, [], scaler)
-    objects.update(_saved_dataloaders(input_dir, dataloaders))
-    loaded = load_checkpoint(input_dir, objects)
-    data = loaded.data or {}
-    return {"step": data.get("step", loaded.step or 0)}
-
-
-def _saved_dataloaders(path: str | os.PathLike[str], dataloaders: list[Any]) -> dict[str, Any]:
-    saved = read_manifest(path).objects
-    found = {}
-    for i, loader in enumerate(dataloaders):
-        name = _indexed("dataloader", i)
-        if name in saved and isinstance(loader, Stateful):
-            found[name] = loader
-        elif isinstance(loader, Stateful):
-            warnings.warn(f"{path} has no position for dataloader {i}; it starts from the "
-                          "beginning of its epoch.", stacklevel=3)
-    return found
-
-
-def save_custom_state(obj: Any, path: str | os.PathLike[str], index: int = 0,
-                      save_on_each_node: bool = False) -> None:
-    """Write ``obj.state_dict()`` as ``custom_checkpoint_{index}.{safetensors,json}`` in ``path``."""
-    state = PartialState()
-    if not (state.is_local_main_process if save_on_each_node else state.is_main_process):
-        return
-    skeleton, tensors = flatten_state(obj.state_dict())
-    base = Path(path) / f"custom_checkpoint_{index}"
-    write_safetensors(base.with_suffix(".safetensors"), tensors)
-    write_json(base.with_suffix(".json"), skeleton)
-
-
-def load_custom_state(obj: Any, path: str | os.PathLike[str], index: int = 0) -> None:
-    """Inverse of :func:`save_custom_state`."""
-    base = Path(path) / f"custom_checkpoint_{index}"
-    tensors, _ = read_safetensors(base.with_suffix(".safetensors"))
-    obj.load_state_dict(unflatten_state(read_json(base.with_suffix(".json")), tensors))
 
 
 # -- the Accelerator methods -----------------------------------------------------------------
@@ -252,9 +172,9 @@ def save_state(accelerator: Any, output_dir: str | os.PathLike[str] | None = Non
     def prepare_dir(staging: Path) -> None:
         for hook in accelerator._save_model_state_pre_hook.values():
             hook(accelerator._models, weights, str(staging))
-        objects.update(_shared_objects(weights, accelerator._optimizers,
-                                       accelerator._schedulers, accelerator._dataloaders,
-                                       _scaler(accelerator), accelerator._custom_objects))
+        objects.update(shared_objects(weights, accelerator._optimizers,
+                                      accelerator._schedulers, accelerator._dataloaders,
+                                      scaler_of(accelerator), accelerator._custom_objects))
 
     result = save_checkpoint(target, objects, data={"step": accelerator.step},
                              step=accelerator.step, async_save=async_save,
@@ -266,11 +186,6 @@ def save_state(accelerator: Any, output_dir: str | os.PathLike[str] | None = Non
         _arm_gate(accelerator)
     config.iteration += 1
     return str(target)
-
-
-def _scaler(accelerator: Any) -> Any:
-    scaler = getattr(accelerator, "scaler", None)
-    return scaler if isinstance(scaler, Stateful) else None
 
 
 def _verify_mode(verify: str | None) -> str:
@@ -287,10 +202,11 @@ def load_state(accelerator: Any, input_dir: str | os.PathLike[str] | None = None
                **load_model_func_kwargs: Any) -> None:
     """Restore a checkpoint written by :func:`save_state` (default: the newest complete one).
 
-    ``verify``: ``"full"`` (default, or ``ACCEL_CHECKPOINT_VERIFY``) checks every sha256
+    ``verify``: ``"full"`` (default, or ``ACCEL_CHECKPOINT_VERIFY``) checks every byte
     before anything is loaded; ``"background"`` loads at once and checks while training
     starts — the first ``optimizer.step()`` (or save, or ``end_training``) waits for the
-    check and raises ``CorruptCheckpointError`` naming the file if it failed.
+    check and raises ``CorruptCheckpointError`` naming the file if it failed. Sharded
+    (FSDP2) checkpoints are always checked in full first.
     With automatic naming, later saves continue the numbering after the loaded checkpoint.
     """
     mode = _verify_mode(verify)
@@ -320,12 +236,13 @@ def load_state(accelerator: Any, input_dir: str | os.PathLike[str] | None = None
     def prepare(path: Path) -> None:
         for hook in accelerator._load_model_state_pre_hook.values():
             hook(models, str(path))
-        objects.update(_shared_objects([_ModelSlot(m, strict) for m in models],
-                                       accelerator._optimizers, accelerator._schedulers, [],
-                                       _scaler(accelerator), accelerator._custom_objects))
-        objects.update(_saved_dataloaders(path, accelerator._dataloaders))
+        objects.update(shared_objects([ModelSlot(m, strict) for m in models],
+                                      accelerator._optimizers, accelerator._schedulers, [],
+                                      scaler_of(accelerator), accelerator._custom_objects))
+        objects.update(saved_dataloaders(path, accelerator._dataloaders, manifest.objects))
 
-    loaded = load_checkpoint(input_dir, objects, verify=mode, prepare=prepare)
+    loaded = load_checkpoint(input_dir, objects, verify=mode, prepare=prepare,
+                             manifest=manifest)
     if mode == "background":
         accelerator._checkpoint_verification = loaded.verification
         _arm_gate(accelerator)
