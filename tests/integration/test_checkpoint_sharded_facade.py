@@ -27,6 +27,7 @@ def test_fsdp2_save_state_load_state(launch, scripts, tmp_path):
         assert (f"FACADE-RESUME rank={rank} exact=True state=True hook=True async_warned=True "
                 "saved=checkpoint_1") in proc.stdout, _explain(proc)
         assert f"UNSHARDED-REFUSED rank={rank} clear=True" in proc.stdout, _explain(proc)
+    assert "MAIN-ONLY refused every_process=True left=[]" in proc.stdout, _explain(proc)
 
     root = tmp_path / "checkpoints"
     assert sorted(p.name for p in root.iterdir()) == ["checkpoint_1"]  # rotated, no staging

@@ -14,6 +14,7 @@ model refuses the sharded checkpoint with a clear error.
 
 from __future__ import annotations
 
+import os
 import random
 import sys
 import warnings
@@ -164,6 +165,19 @@ def main(work: Path) -> None:
                                         "accel merge-weights", "load_checkpoint_in_model"))
         print(f"UNSHARDED-REFUSED rank={rank} clear={clear}", flush=True)
     plain.wait_for_everyone()
+
+    # save_state on the main process only: a sharded save needs every rank, so rank 0
+    # raises after ACCEL_CHECKPOINT_PEER_TIMEOUT instead of hanging the job
+    os.environ["ACCEL_CHECKPOINT_PEER_TIMEOUT"] = "2"
+    if again.is_main_process:
+        try:
+            again.save_state(work / "main_only")
+            print("MAIN-ONLY saved", flush=True)
+        except CheckpointError as exc:
+            print(f"MAIN-ONLY refused every_process={'every process' in str(exc)} "
+                  f"left={sorted(p.name for p in work.iterdir() if 'main_only' in p.name)}",
+                  flush=True)
+    again.wait_for_everyone()
 
 
 if __name__ == "__main__":

@@ -85,6 +85,12 @@ class SaveRound:
             staging = new_staging_dir(self.final)
             if store is not None:
                 self.solo = not self._peers_arrived()
+                if self.solo:
+                    warnings.warn(
+                        f"Only rank 0 entered the save of {self.final} within "
+                        f"{self.peer_timeout()} s: committing it without the other ranks' RNG "
+                        "states. Call save_state on every process (or raise "
+                        "ACCEL_CHECKPOINT_PEER_TIMEOUT if they are just slow).", stacklevel=3)
                 store.set(self._key("staging"), "" if self.solo else str(staging))
             return staging
         store.set(self._key("arrived", peers.rank), "1")
@@ -96,18 +102,28 @@ class SaveRound:
             return None
         return Path(staging)
 
+    @staticmethod
+    def peer_timeout() -> int:
+        """Seconds rank 0 waits for the others to enter a save."""
+        return env.CHECKPOINT_PEER_TIMEOUT.get_int(_DEFAULT_PEER_TIMEOUT)
+
     def _peers_arrived(self) -> bool:
-        seconds = env.CHECKPOINT_PEER_TIMEOUT.get_int(_DEFAULT_PEER_TIMEOUT)
         keys = [self._key("arrived", r) for r in range(1, self.peers.world_size)]
         try:
-            self.peers.store.wait(keys, timedelta(seconds=seconds))
+            self.peers.store.wait(keys, timedelta(seconds=self.peer_timeout()))
         except RuntimeError:  # DistStoreError: timed out
-            warnings.warn(
-                f"Only rank 0 entered the save of {self.final} within {seconds} s: committing "
-                "it without the other ranks' RNG states. Call save_state on every process "
-                "(or raise ACCEL_CHECKPOINT_PEER_TIMEOUT if they are just slow).", stacklevel=4)
             return False
         return True
+
+    def everyone_arrived(self) -> bool:
+        """For saves that need every rank (sharded): rank 0 waits up to the peer timeout
+        for the others to enter; they announce themselves and return ``True``."""
+        if self.peers.store is None:
+            return True
+        if not self.peers.is_writer:
+            self.peers.store.set(self._key("arrived", self.peers.rank), "1")
+            return True
+        return self._peers_arrived()
 
     def publish(self, files: dict[str, Any], objects: dict[str, Any],
                 error: BaseException | None = None) -> None:

@@ -36,7 +36,7 @@ from torch.distributed.checkpoint.api import CheckpointException
 
 from accel_state.random import restore_rng_state
 
-from accel_checkpoint.coordination import Peers, new_staging_dir
+from accel_checkpoint.coordination import Peers, SaveRound, new_staging_dir
 from accel_checkpoint.errors import CheckpointError, CorruptCheckpointError
 from accel_checkpoint.fileio import read_json, write_json
 from accel_checkpoint.manager import read_object
@@ -253,6 +253,12 @@ def save_sharded_state(directory: str | os.PathLike[str], objects: Mapping[str, 
     rank, world, on = _dist()
     kinds = sharded_objects(objects)
     whole = _whole(replicated, kinds)
+    if on and not SaveRound(final, Peers.current()).everyone_arrived():
+        raise CheckpointError(
+            f"Only rank 0 entered the sharded save of {final} within "
+            f"{SaveRound.peer_timeout()} s. A sharded checkpoint needs every process (each "
+            "writes its own shards): call save_state on every process, not only on the main "
+            "one (or raise ACCEL_CHECKPOINT_PEER_TIMEOUT if the others are just slow).")
     staging = Path(_broadcast(str(new_staging_dir(final)) if rank == 0 else None, on))
     error = _failure(_gather(_prepare(prepare_dir, staging), on))
     prepared = _listing(staging) if rank == 0 and error is None else set()
