@@ -43,3 +43,20 @@ def test_unknown_layout_is_named():
 
 def test_plain_models_are_not_sharded():
     assert not is_sharded_model(nn.Sequential(nn.Linear(2, 2), nn.ReLU()))
+
+
+def test_save_on_each_node_is_refused_for_sharded_models(tmp_path, monkeypatch):
+    """Each rank writes only its own shards: a per-machine copy cannot be complete."""
+    from accel_state.errors import ConfigurationError
+    from torch import nn
+
+    from accel import Accelerator, checkpointing
+    from accel.utils import ProjectConfiguration
+
+    accelerator = Accelerator(cpu=True, project_config=ProjectConfiguration(
+        str(tmp_path), save_on_each_node=True))
+    accelerator.prepare(nn.Linear(2, 2))
+    monkeypatch.setattr(checkpointing, "_any_sharded", lambda accelerator: True)
+    with pytest.raises(ConfigurationError, match="save_on_each_node=True cannot be used"):
+        accelerator.save_state(tmp_path / "ckpt")
+    assert not any(tmp_path.iterdir())

@@ -5,13 +5,16 @@ reference (N steps uninterrupted), interrupted (k steps, save_state, stop), resu
 (load_state into fresh objects, finish). Dropout, a shuffled dataloader and an LR
 scheduler make any missed state show up. The resumed run must equal the reference bit
 for bit (parameters and optimizer state) on every rank. With several processes it also
-checks that save_state called on the main process only does not hang.
+checks that save_state called on the main process only does not hang. ``--each-node``
+(a job over two "machines" on this host) saves with ``save_on_each_node=True`` into a
+directory per machine, standing for each machine's own disk.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 from pathlib import Path
 
@@ -78,16 +81,21 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("workdir")
     parser.add_argument("--async-save", action="store_true")
+    parser.add_argument("--each-node", action="store_true")
     args = parser.parse_args()
     work = Path(args.workdir)
+    if args.each_node:  # this machine's own disk
+        work = work / f"node{os.environ['GROUP_RANK']}"
     DATA["dataloader_config"] = _data_config()
+    each = {"save_on_each_node": args.each_node}
 
     reference = Accelerator(**DATA)
     objs = build(reference)
     train(reference, *objs, until=STEPS)
     expected = snapshot(objs[0].module if hasattr(objs[0], "module") else objs[0], objs[1])
 
-    config = ProjectConfiguration(str(work), automatic_checkpoint_naming=True, total_limit=2)
+    config = ProjectConfiguration(str(work), automatic_checkpoint_naming=True, total_limit=2,
+                                  **each)
     first = Accelerator(**DATA, project_config=config)
     objs = build(first)
     train(first, *objs, until=SAVE_AT - 2)
@@ -100,7 +108,7 @@ def main() -> None:
     torch.manual_seed(1234)  # a restarted process: other RNG states
     random.seed(1234)
     again = Accelerator(**DATA, project_config=ProjectConfiguration(
-        str(work), automatic_checkpoint_naming=True, total_limit=2))
+        str(work), automatic_checkpoint_naming=True, total_limit=2, **each))
     objs = build(again)
     again.load_state()
     assert again.step == SAVE_AT, again.step
@@ -114,7 +122,7 @@ def main() -> None:
     print(f"RESUME rank={rank} exact={exact} saved={Path(saved).name} "
           f"max_diff={max(diffs.values())}", flush=True)
 
-    if again.num_processes > 1:
+    if again.num_processes > 1 and not args.each_node:
         env.CHECKPOINT_PEER_TIMEOUT.set(3)
         if again.is_main_process:
             path = again.save_state()
@@ -122,7 +130,7 @@ def main() -> None:
             print(f"MAIN-ONLY ranks={ranks}", flush=True)
         again.wait_for_everyone()
         print(f"MAIN-ONLY-DONE rank={rank}", flush=True)
-    if again.is_main_process:
+    if again.is_local_main_process if args.each_node else again.is_main_process:
         names = sorted(p.name for p in (work / "checkpoints").iterdir())
         (work / "result.json").write_text(json.dumps({"checkpoints": names}))
 

@@ -7,6 +7,11 @@ device stream. Rank 0 waits ``ACCEL_CHECKPOINT_PEER_TIMEOUT`` seconds (default 6
 the others to arrive; if they never do (``save_state`` called on the main process only),
 it commits the checkpoint alone and says so, instead of hanging the job. Ranks arriving
 after such a solo commit write nothing and warn.
+
+With ``save_on_each_node`` (machines without a shared file system) each machine's local
+rank 0 plays rank 0's part for the ranks of its machine: every machine gets a complete
+checkpoint on its own disk, holding the RNG states of its own ranks. (On a shared file
+system the machines would commit the same path in turn, and the last one would win.)
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from typing import Any
 
 import torch
 from accel_state import env
+from accel_state.detect import detect_placement
 
 from accel_checkpoint.constants import TMP_INFIX
 from accel_checkpoint.errors import CheckpointError
@@ -30,13 +36,19 @@ _DEFAULT_PEER_TIMEOUT = 60
 
 
 class Peers:
-    """This process's rank, the world size and the store they share (``None`` alone)."""
+    """This process's rank, the world size, the store they share (``None`` alone), and
+    which ranks write together: ``writer`` writes the shared files and the manifest, and
+    collects the RNG files of ``group`` (every rank; or, with ``save_on_each_node``, the
+    ranks of its machine, whose writer is the machine's local rank 0)."""
 
-    def __init__(self, rank: int = 0, world_size: int = 1, store: Any = None) -> None:
+    def __init__(self, rank: int = 0, world_size: int = 1, store: Any = None,
+                 writer: int = 0, group: range | None = None) -> None:
         self.rank, self.world_size, self.store = rank, world_size, store
+        self.writer = writer
+        self.group = group if group is not None else range(world_size)
 
     @classmethod
-    def current(cls) -> Peers:
+    def current(cls, save_on_each_node: bool = False) -> Peers:
         dist = torch.distributed
         if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
             return cls()
@@ -45,12 +57,20 @@ class Peers:
         except Exception as exc:  # a backend without a store: nothing to coordinate with
             raise CheckpointError("Cannot coordinate a multi-process checkpoint: the process "
                                   f"group has no key-value store ({exc}).") from None
-        return cls(dist.get_rank(), dist.get_world_size(), store)
+        rank, world = dist.get_rank(), dist.get_world_size()
+        if not save_on_each_node:
+            return cls(rank, world, store)
+        # Launchers number the ranks of a machine contiguously (torchrun, SLURM's block
+        # distribution, MPI's default mapping): its local rank 0 is rank - local_rank.
+        placement = detect_placement()
+        writer = rank - placement.local_rank
+        group = range(writer, min(writer + max(placement.local_world_size, 1), world))
+        return cls(rank, world, store, writer, group)
 
     @property
     def is_writer(self) -> bool:
         """Whether this rank writes the shared files and the manifest."""
-        return self.rank == 0
+        return self.rank == self.writer
 
 
 def new_staging_dir(final: Path) -> Path:
@@ -70,10 +90,13 @@ class SaveRound:
         self.final, self.peers = final, peers
         self.solo = peers.store is None
         self._prefix = ""
-        if peers.store is not None:
-            base = f"accel_checkpoint/{final.resolve()}"
+        if peers.store is not None:  # one round per writer: per machine with save_on_each_node
+            base = f"accel_checkpoint/{final.resolve()}/{peers.writer}"
             generation = peers.store.add(f"{base}/generation/{peers.rank}", 1)
             self._prefix = f"{base}/{generation}"
+
+    def _others(self) -> list[int]:
+        return [r for r in self.peers.group if r != self.peers.writer]
 
     def _key(self, *parts: object) -> str:
         return "/".join([self._prefix, *map(str, parts)])
@@ -87,7 +110,8 @@ class SaveRound:
                 self.solo = not self._peers_arrived()
                 if self.solo:
                     warnings.warn(
-                        f"Only rank 0 entered the save of {self.final} within "
+                        f"Only rank {peers.rank} of ranks {list(peers.group)} entered the save "
+                        f"of {self.final} within "
                         f"{self.peer_timeout()} s: committing it without the other ranks' RNG "
                         "states. Call save_state on every process (or raise "
                         "ACCEL_CHECKPOINT_PEER_TIMEOUT if they are just slow).", stacklevel=3)
@@ -96,7 +120,8 @@ class SaveRound:
         store.set(self._key("arrived", peers.rank), "1")
         staging = store.get(self._key("staging")).decode()
         if not staging:
-            warnings.warn(f"Rank {peers.rank} entered the save of {self.final} after rank 0 "
+            warnings.warn(f"Rank {peers.rank} entered the save of {self.final} after rank "
+                          f"{peers.writer} "
                           "had committed it alone; this rank's RNG state is not in it.",
                           stacklevel=3)
             return None
@@ -108,7 +133,9 @@ class SaveRound:
         return env.CHECKPOINT_PEER_TIMEOUT.get_int(_DEFAULT_PEER_TIMEOUT)
 
     def _peers_arrived(self) -> bool:
-        keys = [self._key("arrived", r) for r in range(1, self.peers.world_size)]
+        keys = [self._key("arrived", r) for r in self._others()]
+        if not keys:
+            return True
         try:
             self.peers.store.wait(keys, timedelta(seconds=self.peer_timeout()))
         except RuntimeError:  # DistStoreError: timed out
@@ -137,10 +164,11 @@ class SaveRound:
         if self.solo:
             return []
         store = self.peers.store
-        keys = [self._key("files", r) for r in range(1, self.peers.world_size)]
+        others = self._others()
+        keys = [self._key("files", r) for r in others]
         store.wait(keys)
         results = []
-        for rank, key in enumerate(keys, start=1):
+        for rank, key in zip(others, keys):
             payload = json.loads(store.get(key))
             if "error" in payload:
                 raise CheckpointError(f"Rank {rank} failed to write its part of {self.final}: "
@@ -161,4 +189,5 @@ class SaveRound:
         """Non-zero rank: return once rank 0 has committed; raise if it failed."""
         outcome = self.peers.store.get(self._key("done")).decode()
         if outcome != "ok":
-            raise CheckpointError(f"Rank 0 failed to commit {self.final}: {outcome}")
+            raise CheckpointError(f"Rank {self.peers.writer} failed to commit {self.final}: "
+                                  f"{outcome}")

@@ -116,7 +116,8 @@ def save_checkpoint(path: str | os.PathLike[str], objects: Mapping[str, Any] | N
                     data: Any = None, step: int | None = None, rng: bool = True,
                     metadata: dict[str, Any] | None = None, async_save: bool = False,
                     on_commit: Any = None, prepare_dir: Any = None,
-                    stable: Any = ()) -> Path | PendingSave | None:
+                    stable: Any = (), save_on_each_node: bool = False
+                    ) -> Path | PendingSave | None:
     """Save ``objects`` (name -> object with ``state_dict``), ``data`` and RNG states to ``path``.
 
     Call it on every process: rank 0 writes the objects, data and manifest, each rank its
@@ -128,11 +129,14 @@ def save_checkpoint(path: str | os.PathLike[str], objects: Mapping[str, Any] | N
     of ``stable`` are copied on that thread instead: the caller must not change them until
     :func:`wait_for_staging` returns (the Accelerator calls it before the next optimizer
     step). ``on_commit(path)`` runs on rank 0 after the commit (rotation hooks in here).
+    ``save_on_each_node``: for machines without a shared file system, each machine's local
+    rank 0 writes a complete checkpoint at ``path`` on its own disk (with the RNG states of
+    its machine's ranks) and runs ``on_commit`` there.
     Returns the checkpoint path (``None`` on a rank that arrived after a solo commit).
     """
     wait_for_pending_saves()
     final = Path(path)
-    peers = Peers.current()
+    peers = Peers.current(save_on_each_node)
     round_ = SaveRound(final, peers)
     staging = None
     try:

@@ -314,12 +314,14 @@ class Accelerator(PrecisionMixin, DataMixin, _ckpt.CheckpointingMixin, _tracking
 
     # -- saving ------------------------------------------------------------------------------
     def save(self, obj: Any, f: Any, safe_serialization: bool = False) -> None:
-        """Save ``obj`` to ``f`` from the main process only (others return at once).
+        """Save ``obj`` to ``f`` from the main process only (others return at once), or from
+        each machine's with ``ProjectConfiguration(save_on_each_node=True)``.
 
         Written atomically (temporary file, then rename); ``safe_serialization=True`` writes a
         flat dict of tensors with safetensors.
         """
-        _ckpt.save(obj, f, safe_serialization=safe_serialization)
+        _ckpt.save(obj, f, save_on_each_node=self.project_configuration.save_on_each_node,
+                   safe_serialization=safe_serialization)
 
 def _preparation_rank(obj: Any) -> int:
     if isinstance(obj, torch.nn.Module):

@@ -158,6 +158,13 @@ def save_state(accelerator: Any, output_dir: str | os.PathLike[str] | None = Non
     if _any_sharded(accelerator):  # FSDP2 / DTensor models: every rank writes its shards
         from accel import _sharded_state
 
+        if config.save_on_each_node:
+            raise ConfigurationError(
+                "save_on_each_node=True cannot be used with sharded (FSDP2/DTensor) models: "
+                "each rank writes only its own shards, so a checkpoint needs a file system "
+                "shared by all machines. Set ProjectConfiguration(save_on_each_node=False) and "
+                "save to shared storage.")
+
         if async_save:
             warnings.warn("async_save=True is not supported with sharded (FSDP2/DTensor) "
                           "models: sharded checkpoints are saved synchronously.", UserWarning,
@@ -179,7 +186,7 @@ def save_state(accelerator: Any, output_dir: str | os.PathLike[str] | None = Non
     result = save_checkpoint(target, objects, data={"step": accelerator.step},
                              step=accelerator.step, async_save=async_save,
                              on_commit=_rotation(config),
-                             prepare_dir=prepare_dir,
+                             prepare_dir=prepare_dir, save_on_each_node=config.save_on_each_node,
                              stable=_stable_tensors(accelerator) if async_save else ())
     if isinstance(result, PendingSave):
         accelerator._pending_checkpoint = result
@@ -308,9 +315,11 @@ def get_state_dict(accelerator: Any, model: torch.nn.Module, unwrap: bool = True
 
 def save_model(accelerator: Any, model: torch.nn.Module, save_directory: str | os.PathLike[str],
                max_shard_size: int | str = "10GB", safe_serialization: bool = True) -> None:
-    """Write the unwrapped weights (main process only): one file or shards + index."""
+    """Write the unwrapped weights (main process, or each machine's with save_on_each_node):
+    one file or shards + index."""
     state_dict = get_state_dict(accelerator, model)
-    if accelerator.is_main_process:
+    each_node = accelerator.project_configuration.save_on_each_node
+    if accelerator.is_local_main_process if each_node else accelerator.is_main_process:
         save_model_weights(state_dict, save_directory, max_shard_size=max_shard_size,
                            safe_serialization=safe_serialization)
 
