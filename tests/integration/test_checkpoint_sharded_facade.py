@@ -28,6 +28,7 @@ def test_fsdp2_save_state_load_state(launch, scripts, tmp_path):
                 "saved=checkpoint_1") in proc.stdout, _explain(proc)
         assert f"UNSHARDED-REFUSED rank={rank} clear=True" in proc.stdout, _explain(proc)
     assert "MAIN-ONLY refused every_process=True left=[]" in proc.stdout, _explain(proc)
+    assert "SAVE-MODEL equal=True" in proc.stdout, _explain(proc)
 
     root = tmp_path / "checkpoints"
     assert sorted(p.name for p in root.iterdir()) == ["checkpoint_1"]  # rotated, no staging

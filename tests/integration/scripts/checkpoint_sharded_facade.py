@@ -166,6 +166,17 @@ def main(work: Path) -> None:
         print(f"UNSHARDED-REFUSED rank={rank} clear={clear}", flush=True)
     plain.wait_for_everyone()
 
+    # save_model of the sharded model: full weights gathered to the main process
+    model = objs[0]
+    full_weights = {k: full(v) for k, v in model.state_dict().items()}
+    again.save_model(model, work / "weights")
+    if again.is_main_process:
+        from safetensors.torch import load_file
+
+        written = load_file(work / "weights" / "model.safetensors")
+        print(f"SAVE-MODEL equal={same(written, full_weights)} keys={len(written)}", flush=True)
+    again.wait_for_everyone()
+
     # save_state on the main process only: a sharded save needs every rank, so rank 0
     # raises after ACCEL_CHECKPOINT_PEER_TIMEOUT instead of hanging the job
     os.environ["ACCEL_CHECKPOINT_PEER_TIMEOUT"] = "2"

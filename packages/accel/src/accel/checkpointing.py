@@ -257,10 +257,14 @@ def load_state(accelerator: Any, input_dir: str | os.PathLike[str] | None = None
     _continue_numbering(config, input_dir)
 
 
-def _any_sharded(accelerator: Any) -> bool:
+def _sharded(model: torch.nn.Module) -> bool:
     from accel._sharded_state import is_sharded_model
 
-    return any(is_sharded_model(m) for m in accelerator._models)
+    return is_sharded_model(model)
+
+
+def _any_sharded(accelerator: Any) -> bool:
+    return any(_sharded(m) for m in accelerator._models)
 
 
 def _rotation(config: ProjectConfiguration) -> Callable[[Path], None] | None:
@@ -307,9 +311,18 @@ def register_load_state_pre_hook(accelerator: Any, hook: Any) -> RemovableHandle
 
 def get_state_dict(accelerator: Any, model: torch.nn.Module, unwrap: bool = True
                    ) -> dict[str, torch.Tensor]:
-    """The model's full state dict (of the unwrapped model by default)."""
+    """The model's full state dict (of the unwrapped model by default).
+
+    For a sharded (FSDP2 / DTensor) model it is a collective — call it on every process:
+    the full tensors are gathered to CPU memory on the main process, the others get ``{}``
+    (as Accelerate's FSDP full state dict with ``rank0_only``)."""
     if unwrap:
         model = accelerator.unwrap_model(model)
+    if _sharded(model):
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        return get_model_state_dict(
+            model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     return model.state_dict()
 
 
@@ -318,7 +331,8 @@ def save_model(accelerator: Any, model: torch.nn.Module, save_directory: str | o
     """Write the unwrapped weights (main process, or each machine's with save_on_each_node):
     one file or shards + index."""
     state_dict = get_state_dict(accelerator, model)
-    each_node = accelerator.project_configuration.save_on_each_node
+    # a sharded model's full state dict exists on the main process only
+    each_node = accelerator.project_configuration.save_on_each_node and not _sharded(model)
     if accelerator.is_local_main_process if each_node else accelerator.is_main_process:
         save_model_weights(state_dict, save_directory, max_shard_size=max_shard_size,
                            safe_serialization=safe_serialization)
