@@ -166,7 +166,7 @@ VERIFY_MODES = ("full", "background")
 @dataclass
 class LoadedCheckpoint:
     """What :func:`load_checkpoint` found: the path, its manifest, the plain data, the step,
-    and the sha256 :class:`Verification` of its files (already passed with ``verify="full"``;
+    and the :class:`Verification` of its files' bytes (already passed with ``verify="full"``;
     still running with ``verify="background"``: call ``verification.wait()``)."""
 
     path: Path
@@ -179,7 +179,7 @@ class LoadedCheckpoint:
 def read_object(path: str | os.PathLike[str], name: str, manifest: Manifest | None = None,
                 hashed: bool = True) -> Any:
     """The saved state of object ``name``, every file checked against the manifest
-    (``hashed=False``: sizes only, for a caller that verifies the sha256 apart)."""
+    (``hashed=False``: sizes only, for a caller that verifies the bytes apart)."""
     path = Path(path)
     manifest = manifest if manifest is not None else verify_checkpoint(path, deep=False)
     entry = manifest.objects.get(name)
@@ -219,11 +219,12 @@ def load_checkpoint(path: str | os.PathLike[str], objects: Mapping[str, Any] | N
                     prepare: Any = None, manifest: Manifest | None = None) -> LoadedCheckpoint:
     """Verify ``path`` and restore ``objects`` (name -> object with ``load_state_dict``).
 
-    ``verify="full"`` (default): the manifest, the sizes and every file's sha256 are
-    checked (in parallel) before anything is loaded; a partial or corrupt checkpoint
-    raises ``CorruptCheckpointError`` naming the file and no object is changed.
+    ``verify="full"`` (default): the manifest, the sizes and every byte (each chunk's
+    xxh3-128, or sha256 in older records) are checked in parallel before anything is
+    loaded; a partial or corrupt checkpoint raises ``CorruptCheckpointError`` naming the
+    file and no object is changed.
     ``verify="background"``: manifest, sizes and file formats are checked, the state is
-    loaded, and the sha256 check runs on background threads: the caller must call
+    loaded, and the byte check runs on background threads: the caller must call
     ``result.verification.wait()`` before trusting the state (the Accelerator does before
     the next optimizer step, save or end of training) — a fast start for big checkpoints.
     ``prepare(path)`` runs after the up-front checks and before objects are read (load

@@ -301,7 +301,7 @@ CHECKPOINT_PEER_TIMEOUT = _var(
     "checkpoint alone, without their RNG states, instead of hanging.")
 CHECKPOINT_VERIFY = _var(
     "ACCEL_CHECKPOINT_VERIFY",
-    "How Accelerator.load_state checks a checkpoint's sha256 when verify= is not given: "
+    "How Accelerator.load_state checks a checkpoint's bytes when verify= is not given: "
     "'full' (default: every byte before anything is loaded) or 'background' (load at once, "
     "check while training starts; the first optimizer step waits for the check).")
 CHECKPOINT_TEST_DELAY = _var(

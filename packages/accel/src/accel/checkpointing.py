@@ -95,7 +95,7 @@ def checkpoint_gate(accelerator: Any) -> None:
     """What must finish before the state changes again (run before an optimizer step).
 
     An async save must have copied the parameters and optimizer state it defers; a
-    checkpoint loaded with ``verify="background"`` must have passed its sha256 check —
+    checkpoint loaded with ``verify="background"`` must have passed its byte check —
     its failure is raised here, and again at every later gate (the loaded state is bad).
     """
     wait_for_staging()
@@ -368,7 +368,7 @@ class CheckpointingMixin:
                    verify: str | None = None, **load_model_func_kwargs: Any) -> None:
         """Restore a checkpoint (default: the newest complete one with automatic naming).
 
-        ``verify="background"`` checks the sha256 while training starts (see accel_checkpoint).
+        ``verify="background"`` checks the bytes while training starts (see accel_checkpoint).
         """
         load_state(self, input_dir, load_kwargs, verify, **load_model_func_kwargs)
 
