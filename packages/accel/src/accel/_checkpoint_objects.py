@@ -66,7 +66,8 @@ def save_accelerator_state(output_dir: str | os.PathLike[str], model_states: lis
                            ) -> Path | None:
     """Save models' state dicts, optimizers, schedulers, dataloaders, scaler, step, RNG."""
     objects = shared_objects(model_states, optimizers, schedulers, dataloaders, scaler)
-    result = save_checkpoint(output_dir, objects, data={"step": step}, step=step)
+    result = save_checkpoint(output_dir, objects, data={"step": step}, step=step,
+                             save_on_each_node=save_on_each_node)
     return result if not isinstance(result, PendingSave) else result.wait()
 
 
