@@ -22,9 +22,21 @@ def accel_launch(*args: str, timeout: float = 180) -> subprocess.CompletedProces
                           env=env, capture_output=True, text=True, timeout=timeout)
 
 
+def explain(proc: subprocess.CompletedProcess[str], tail: int | None = None) -> str:
+    """A finished process's exit code and output, for assertion messages (``tail``: keep
+    only that many last characters of stderr)."""
+    stderr = proc.stderr[-tail:] if tail else proc.stderr
+    return f"exit {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{stderr}"
+
+
 @pytest.fixture
 def launch():
     return accel_launch
+
+
+@pytest.fixture(name="explain")
+def explain_fixture():
+    return explain
 
 
 @pytest.fixture

@@ -20,30 +20,27 @@ import pytest
 pytestmark = pytest.mark.multiprocess
 
 
-def _explain(proc) -> str:
-    return f"exit {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
 
-
-def test_exact_resume_in_one_process(launch, scripts, tmp_path):
+def test_exact_resume_in_one_process(explain, launch, scripts, tmp_path):
     proc = launch("--cpu", "--num_processes", "1", str(scripts / "checkpoint_resume.py"),
                   str(tmp_path))
-    assert proc.returncode == 0, _explain(proc)
-    assert "RESUME rank=0 exact=True" in proc.stdout, _explain(proc)
+    assert proc.returncode == 0, explain(proc)
+    assert "RESUME rank=0 exact=True" in proc.stdout, explain(proc)
     # total_limit=2: checkpoint_0 rotated away once checkpoint_2 was committed; a restarted
     # job's load_state() continued the numbering (no "already exists" error).
     assert json.loads((tmp_path / "result.json").read_text())["checkpoints"] == [
         "checkpoint_1", "checkpoint_2"]
 
 
-def test_exact_resume_in_two_processes_with_async_save_and_main_only_save(launch, scripts,
+def test_exact_resume_in_two_processes_with_async_save_and_main_only_save(explain, launch, scripts,
                                                                          tmp_path):
     proc = launch("--cpu", "--num_processes", "2", str(scripts / "checkpoint_resume.py"),
                   str(tmp_path), "--async-save")
-    assert proc.returncode == 0, _explain(proc)
+    assert proc.returncode == 0, explain(proc)
     for rank in (0, 1):
-        assert f"RESUME rank={rank} exact=True" in proc.stdout, _explain(proc)
-        assert f"MAIN-ONLY-DONE rank={rank}" in proc.stdout, _explain(proc)
-    assert "MAIN-ONLY ranks=[0]" in proc.stdout, _explain(proc)
+        assert f"RESUME rank={rank} exact=True" in proc.stdout, explain(proc)
+        assert f"MAIN-ONLY-DONE rank={rank}" in proc.stdout, explain(proc)
+    assert "MAIN-ONLY ranks=[0]" in proc.stdout, explain(proc)
     manifest = json.loads((tmp_path / "checkpoints" / "checkpoint_2" / "manifest.json")
                           .read_text())
     assert manifest["world_size"] == 2 and manifest["ranks"] == [0, 1]
@@ -126,10 +123,11 @@ def _kill_when(script: Path, work: Path, ready) -> None:
         proc.wait()
 
 
-def test_sigkill_during_save_keeps_previous_checkpoint_and_refuses_partial(scripts, tmp_path):
+def test_sigkill_during_save_keeps_previous_checkpoint_and_refuses_partial(explain, scripts,
+                                                                           tmp_path):
     script = scripts / "checkpoint_crash.py"
     first = _run(script, tmp_path)
-    assert first.returncode == 0 and "SAVED" in first.stdout, _explain(first)
+    assert first.returncode == 0 and "SAVED" in first.stdout, explain(first)
     before = _tree(tmp_path)
     kill_points = [
         lambda s: any(s.iterdir()),  # while the first (largest) file is being written
@@ -154,7 +152,7 @@ def test_sigkill_during_save_keeps_previous_checkpoint_and_refuses_partial(scrip
     assert refused.returncode == 1 and complete.name in refused.stderr, refused
     # The next run resumes from checkpoint_0 (newest verified) and saves checkpoint_1.
     again = _run(script, tmp_path)
-    assert again.returncode == 0 and "LOADED step=1" in again.stdout, _explain(again)
+    assert again.returncode == 0 and "LOADED step=1" in again.stdout, explain(again)
     assert "checkpoint_1" in again.stdout.split("SAVED", 1)[1]
 
 

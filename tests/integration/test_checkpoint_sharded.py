@@ -18,20 +18,17 @@ import pytest
 pytestmark = pytest.mark.multiprocess
 
 
-def _explain(proc) -> str:
-    return f"exit {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
 
-
-def test_fsdp2_sharded_resume_corruption_and_merge(launch, scripts, tmp_path):
+def test_fsdp2_sharded_resume_corruption_and_merge(explain, launch, scripts, tmp_path):
     from accel_checkpoint.manifest import verify_checkpoint
     from safetensors.torch import load_file
 
     proc = launch("--cpu", "--num_processes", "2", str(scripts / "checkpoint_sharded.py"),
                   str(tmp_path))
-    assert proc.returncode == 0, _explain(proc)
+    assert proc.returncode == 0, explain(proc)
     for rank in (0, 1):
-        assert f"SHARDED-RESUME rank={rank} exact=True lr=True" in proc.stdout, _explain(proc)
-        assert f"CORRUPT-REFUSED rank={rank} file=__1_0.distcp" in proc.stdout, _explain(proc)
+        assert f"SHARDED-RESUME rank={rank} exact=True lr=True" in proc.stdout, explain(proc)
+        assert f"CORRUPT-REFUSED rank={rank} file=__1_0.distcp" in proc.stdout, explain(proc)
 
     sharded = tmp_path / "sharded"
     manifest = verify_checkpoint(sharded, deep=True)
@@ -45,7 +42,7 @@ def test_fsdp2_sharded_resume_corruption_and_merge(launch, scripts, tmp_path):
     merged = subprocess.run(
         [sys.executable, "-m", "accel_launch", "merge-weights", str(sharded),
          str(tmp_path / "merged")], capture_output=True, text=True, env=env, timeout=120)
-    assert merged.returncode == 0, _explain(merged)
+    assert merged.returncode == 0, explain(merged)
     assert "model.safetensors" in merged.stdout
     weights = load_file(tmp_path / "merged" / "model.safetensors")
     expected = load_file(tmp_path / "full_at_save.safetensors")

@@ -13,22 +13,19 @@ import pytest
 pytestmark = pytest.mark.multiprocess
 
 
-def _explain(proc) -> str:
-    return f"exit {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
 
-
-def test_fsdp2_save_state_load_state(launch, scripts, tmp_path):
+def test_fsdp2_save_state_load_state(explain, launch, scripts, tmp_path):
     from accel_checkpoint.manifest import verify_checkpoint
 
     proc = launch("--cpu", "--num_processes", "2", str(scripts / "checkpoint_sharded_facade.py"),
                   str(tmp_path))
-    assert proc.returncode == 0, _explain(proc)
+    assert proc.returncode == 0, explain(proc)
     for rank in (0, 1):
         assert (f"FACADE-RESUME rank={rank} exact=True state=True hook=True async_warned=True "
-                "saved=checkpoint_1") in proc.stdout, _explain(proc)
-        assert f"UNSHARDED-REFUSED rank={rank} clear=True" in proc.stdout, _explain(proc)
-    assert "MAIN-ONLY refused every_process=True left=[]" in proc.stdout, _explain(proc)
-    assert "SAVE-MODEL equal=True" in proc.stdout, _explain(proc)
+                "saved=checkpoint_1") in proc.stdout, explain(proc)
+        assert f"UNSHARDED-REFUSED rank={rank} clear=True" in proc.stdout, explain(proc)
+    assert "MAIN-ONLY refused every_process=True left=[]" in proc.stdout, explain(proc)
+    assert "SAVE-MODEL equal=True" in proc.stdout, explain(proc)
 
     root = tmp_path / "checkpoints"
     assert sorted(p.name for p in root.iterdir()) == ["checkpoint_1"]  # rotated, no staging

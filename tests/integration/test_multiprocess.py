@@ -8,39 +8,36 @@ import torch
 pytestmark = pytest.mark.multiprocess
 
 
-def _explain(proc) -> str:
-    return f"exit {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
 
-
-def test_state_helpers_and_collectives_in_two_processes(launch, scripts, tmp_path):
+def test_state_helpers_and_collectives_in_two_processes(explain, launch, scripts, tmp_path):
     proc = launch("--cpu", "--num_processes", "2", str(scripts / "state_checks.py"), str(tmp_path))
-    assert proc.returncode == 0, _explain(proc)
+    assert proc.returncode == 0, explain(proc)
     out = proc.stdout
-    assert "CHECKS-OK rank=0" in out and "CHECKS-OK rank=1" in out, _explain(proc)
-    assert out.count("PRINT-ONCE") == 1, _explain(proc)
-    assert out.count("LOG-MAIN-ONLY") == 1, _explain(proc)
-    assert out.index("LOG-IN-ORDER rank=0") < out.index("LOG-IN-ORDER rank=1"), _explain(proc)
-    assert "TIMEOUT-APPLIED" in out, _explain(proc)
+    assert "CHECKS-OK rank=0" in out and "CHECKS-OK rank=1" in out, explain(proc)
+    assert out.count("PRINT-ONCE") == 1, explain(proc)
+    assert out.count("LOG-MAIN-ONLY") == 1, explain(proc)
+    assert out.index("LOG-IN-ORDER rank=0") < out.index("LOG-IN-ORDER rank=1"), explain(proc)
+    assert "TIMEOUT-APPLIED" in out, explain(proc)
 
 
-def test_quickstart_trains_in_two_processes(launch, repo):
+def test_quickstart_trains_in_two_processes(explain, launch, repo):
     proc = launch("--num_processes", "2", "--cpu", str(repo / "examples" / "quickstart.py"))
-    assert proc.returncode == 0, _explain(proc)
+    assert proc.returncode == 0, explain(proc)
     losses = [float(line.rsplit(" ", 1)[1]) for line in proc.stdout.splitlines()
               if line.startswith("epoch ")]
-    assert len(losses) == 5, _explain(proc)  # printed once, by the main process only
+    assert len(losses) == 5, explain(proc)  # printed once, by the main process only
     assert losses[-1] < losses[0] * 0.7, losses
-    assert "parameters identical on all 2 processes: True" in proc.stdout, _explain(proc)
+    assert "parameters identical on all 2 processes: True" in proc.stdout, explain(proc)
 
 
-def test_ddp_with_accumulation_matches_single_process_big_batch(launch, scripts, tmp_path):
+def test_ddp_with_accumulation_matches_single_process_big_batch(explain, launch, scripts, tmp_path):
     # 2 processes x batch 4 x 2 accumulated batches == 1 process x batch 16
     two = launch("--cpu", "--num_processes", "2", str(scripts / "ddp_equivalence.py"),
                  str(tmp_path / "two.pt"), "--batch-size", "4", "--accumulation-steps", "2")
-    assert two.returncode == 0, _explain(two)
+    assert two.returncode == 0, explain(two)
     one = launch("--cpu", "--num_processes", "1", str(scripts / "ddp_equivalence.py"),
                  str(tmp_path / "one.pt"), "--batch-size", "16")
-    assert one.returncode == 0, _explain(one)
+    assert one.returncode == 0, explain(one)
     two = torch.load(tmp_path / "two.pt", weights_only=True)
     one = torch.load(tmp_path / "one.pt", weights_only=True)
     assert two["final"].keys() == one["final"].keys()

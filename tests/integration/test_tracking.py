@@ -12,9 +12,6 @@ from accel.tracking import GeneralTracker, TrackerFailureWarning
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 
-def _explain(proc) -> str:
-    return f"exit {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr[-6000:]}"
-
 
 class Memory(GeneralTracker):
     name = "memory"
@@ -124,7 +121,7 @@ def test_no_trackers_means_blank_tracker_and_no_sdk_import():
 
 
 @pytest.mark.multiprocess
-def test_two_processes_make_one_run_per_tracker(launch, scripts, tmp_path, monkeypatch):
+def test_two_processes_make_one_run_per_tracker(explain, launch, scripts, tmp_path, monkeypatch):
     for module in ("tensorboard", "wandb", "mlflow"):
         pytest.importorskip(module)
     from accel_tracking.testing import (
@@ -137,15 +134,15 @@ def test_two_processes_make_one_run_per_tracker(launch, scripts, tmp_path, monke
     monkeypatch.setenv("WANDB_SILENT", "true")
     proc = launch("--cpu", "--num_processes", "2", str(scripts / "tracking_run.py"),
                   str(tmp_path))
-    assert proc.returncode == 0, _explain(proc)
+    assert proc.returncode == 0, explain(proc, tail=6000)
     out = proc.stdout
-    assert "TRACKING-OK rank=0" in out and "TRACKING-OK rank=1" in out, _explain(proc)
+    assert "TRACKING-OK rank=0" in out and "TRACKING-OK rank=1" in out, explain(proc, tail=6000)
     # the progress bar shows on the main process only
     assert "BAR rank=0 disabled=False" in out and "BAR rank=1 disabled=True" in out
-    assert proc.stderr.count("tracked-training: 100%") == 1, _explain(proc)
+    assert proc.stderr.count("tracked-training: 100%") == 1, explain(proc, tail=6000)
     assert "RAW rank=0 wandb=run" in out and "RAW rank=1 wandb=None" in out
     # the broken tracker warned once (on the main process) and training went on
-    assert proc.stderr.count("Tracker 'down' failed in log()") == 1, _explain(proc)
+    assert proc.stderr.count("Tracker 'down' failed in log()") == 1, explain(proc, tail=6000)
 
     run_dir = tmp_path / "demo"
     assert len(list(run_dir.glob("events.out.tfevents.*"))) == 1
