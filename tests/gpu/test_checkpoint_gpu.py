@@ -9,21 +9,11 @@ import time
 import pytest
 import torch
 from accel_checkpoint import CorruptCheckpointError
-from accel_state import GradientState, PartialState
 from safetensors.torch import load_file
 from torch import nn
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
-
-
-@pytest.fixture(autouse=True)
-def fresh_state():
-    PartialState._reset_state()
-    GradientState._reset_state()
-    yield
-    PartialState._reset_state()
-    GradientState._reset_state()
 
 
 def _setup(seed: int = 0):

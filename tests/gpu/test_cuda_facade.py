@@ -4,21 +4,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from accel_state import DistributedType, GradientState, PartialState
+from accel_state import DistributedType
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
-
-
-@pytest.fixture(autouse=True)
-def fresh_state():
-    PartialState._reset_state()
-    GradientState._reset_state()
-    yield
-    PartialState._reset_state()
-    GradientState._reset_state()
 
 
 def test_accelerator_places_model_and_batches_on_cuda():
