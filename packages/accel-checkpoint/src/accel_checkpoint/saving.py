@@ -239,14 +239,15 @@ def run_save(round_: SaveRound, staging: Path | None, parts: list[Part], step: i
              metadata: dict[str, Any] | None) -> Path | None:
     """Write this rank's parts into ``staging`` (from ``round_.begin()``) and commit.
 
-    Rank 0 also lists the files nobody recorded (what ``prepare_dir`` wrote) and commits;
-    every rank returns once the commit is done (``None`` on a rank that must not write).
+    Parts with deferred tensors must have been through :func:`stage` (the async save's
+    thread does it first). Rank 0 also lists the files nobody recorded (what
+    ``prepare_dir`` wrote) and commits; every rank returns once the commit is done
+    (``None`` on a rank that must not write).
     """
     peers, final = round_.peers, round_.final
     if staging is None:
         return None
     try:
-        stage(parts)
         files, objects = write_parts(staging, parts)
         if not peers.is_writer:
             round_.publish(files, objects)
