@@ -28,6 +28,7 @@ from torch.distributed.tensor import DTensor
 from torch.utils.data import DataLoader, TensorDataset
 
 from accel import Accelerator
+from checkpoint_resume import batches, train  # the same loop as the replicated resume test
 from accel.checkpointing import ProjectConfiguration
 
 STEPS, FIRST_SAVE, SAVE_AT = 9, 3, 6  # 4 batches per epoch per process: saves mid-epoch
@@ -67,24 +68,6 @@ def build(accelerator: Accelerator, seed: int):
     model, optimizer, scheduler, loader = accelerator.prepare(model, optimizer, scheduler, loader)
     assert not isinstance(model, torch.nn.parallel.DistributedDataParallel)
     return model, optimizer, scheduler, batches(loader)
-
-
-def batches(loader):
-    """Epoch after epoch; started lazily, so a load_state before the first batch applies."""
-    while True:
-        yield from loader
-
-
-def train(accelerator, model, optimizer, scheduler, stream, until: int) -> None:
-    model.train()
-    while accelerator.step < until:
-        xb, yb = next(stream)
-        loss = (model(xb) - yb).pow(2).mean() + 0 * random.random()
-        accelerator.backward(loss)
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad()
-        accelerator.step += 1
 
 
 def full(tensor: torch.Tensor) -> torch.Tensor:
