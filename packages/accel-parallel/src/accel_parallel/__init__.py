@@ -10,11 +10,12 @@ from __future__ import annotations
 from accel_parallel.ddp import DDPCommunicationHookType, DDPStrategy, DistributedDataParallelKwargs
 from accel_parallel.single import SingleDeviceStrategy
 from accel_parallel.strategy import STRATEGIES, Strategy, SupportsNoSync
-from accel_parallel.unwrap import extract_model_from_parallel
+from accel_parallel.unwrap import extract_model_from_parallel, is_sharded_model
 
 __version__ = "0.1.1"
 
 __all__ = [
     "DDPCommunicationHookType", "DDPStrategy", "DistributedDataParallelKwargs", "STRATEGIES",
     "SingleDeviceStrategy", "Strategy", "SupportsNoSync", "extract_model_from_parallel",
+    "is_sharded_model",
 ]

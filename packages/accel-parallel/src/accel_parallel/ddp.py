@@ -11,6 +11,7 @@ import torch
 from accel_state import ConfigurationError, KwargsHandler
 
 from accel_parallel.strategy import Strategy
+from accel_parallel.unwrap import is_sharded_model
 
 if TYPE_CHECKING:
     from accel_state import PartialState
@@ -92,14 +93,6 @@ class DistributedDataParallelKwargs(KwargsHandler):
         model.register_comm_hook(state, hook)
 
 
-def has_dtensor_parameters(model: torch.nn.Module) -> bool:
-    """Whether ``model`` is already sharded (FSDP2 ``fully_shard`` or tensor parallel): its
-    parameters are DTensors, which DDP cannot broadcast or all-reduce."""
-    from torch.distributed.tensor import DTensor
-
-    return any(isinstance(p, DTensor) for p in model.parameters())
-
-
 class DDPStrategy(Strategy):
     """Replicate the model on every process and all-reduce gradients in backward."""
 
@@ -115,7 +108,7 @@ class DDPStrategy(Strategy):
         model = super().prepare_model(model, device_placement=device_placement)
         if evaluation_mode or not any(p.requires_grad for p in model.parameters()):
             return model  # nothing to synchronise: DDP would refuse a model without gradients
-        if has_dtensor_parameters(model):
+        if is_sharded_model(model):
             return model  # sharded by the user (fully_shard, TP): it reduces its own gradients
         device = next(model.parameters()).device
         device_ids = None if device.type == "cpu" else [device.index or 0]

@@ -1,10 +1,11 @@
-"""Find the user's module inside DDP / DataParallel / torch.compile wrappers."""
+"""Find the user's module inside DDP / DataParallel / torch.compile wrappers, and tell
+whether it is already sharded."""
 
 from __future__ import annotations
 
 import torch
 
-__all__ = ["extract_model_from_parallel"]
+__all__ = ["extract_model_from_parallel", "is_sharded_model"]
 
 _PARALLEL_WRAPPERS = (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)
 
@@ -38,3 +39,14 @@ def extract_model_from_parallel(model: torch.nn.Module, keep_fp32_wrapper: bool 
         compiled._orig_mod = model
         return compiled
     return model
+
+
+def is_sharded_model(model: torch.nn.Module) -> bool:
+    """Whether ``model`` is already sharded (FSDP2 ``fully_shard`` or tensor parallel): its
+    parameters are DTensors, which DDP cannot broadcast or all-reduce and which are saved
+    shard by shard. Wrappers share the parameters, so none needs stripping first."""
+    if not torch.distributed.is_available():
+        return False
+    from torch.distributed.tensor import DTensor
+
+    return any(isinstance(p, DTensor) for p in model.parameters())

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from accel_checkpoint.errors import CheckpointError
 from accel_checkpoint.sharded import SHARDED_LAYOUT, load_sharded_state, save_sharded_state
+from accel_parallel import is_sharded_model
 
 from accel._checkpoint_objects import saved_dataloaders, scaler_of, shared_objects
 
@@ -27,17 +28,6 @@ __all__ = ["is_sharded_model", "check_layout", "save_sharded_accelerator_state",
            "load_sharded_accelerator_state"]
 
 _REPLICATED_LAYOUT = "replicated"
-
-
-def is_sharded_model(model: torch.nn.Module) -> bool:
-    """Whether any parameter of the unwrapped ``model`` is a DTensor (FSDP2, TP)."""
-    if not torch.distributed.is_available():
-        return False
-    from accel_parallel import extract_model_from_parallel
-    from torch.distributed.tensor import DTensor
-
-    module = extract_model_from_parallel(model)
-    return any(isinstance(p, DTensor) for p in module.parameters())
 
 
 def check_layout(manifest_layout: str, world_size: int, sharded: bool,

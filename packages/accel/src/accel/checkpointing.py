@@ -37,6 +37,7 @@ from accel_checkpoint.manifest import latest_checkpoint, read_manifest
 from accel_checkpoint.merge import merge_fsdp_weights
 from accel_checkpoint.project import CHECKPOINT_PATTERN, ProjectConfiguration
 from accel_checkpoint.weights import load_checkpoint_in_model, save, save_model_weights
+from accel_parallel import is_sharded_model
 from accel_state import env
 from accel_state.errors import ConfigurationError
 from accel_state.protocols import Stateful
@@ -257,14 +258,8 @@ def load_state(accelerator: Any, input_dir: str | os.PathLike[str] | None = None
     _continue_numbering(config, input_dir)
 
 
-def _sharded(model: torch.nn.Module) -> bool:
-    from accel._sharded_state import is_sharded_model
-
-    return is_sharded_model(model)
-
-
 def _any_sharded(accelerator: Any) -> bool:
-    return any(_sharded(m) for m in accelerator._models)
+    return any(is_sharded_model(m) for m in accelerator._models)
 
 
 def _rotation(config: ProjectConfiguration) -> Callable[[Path], None] | None:
@@ -318,7 +313,7 @@ def get_state_dict(accelerator: Any, model: torch.nn.Module, unwrap: bool = True
     (as Accelerate's FSDP full state dict with ``rank0_only``)."""
     if unwrap:
         model = accelerator.unwrap_model(model)
-    if _sharded(model):
+    if is_sharded_model(model):
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
         return get_model_state_dict(
@@ -332,7 +327,7 @@ def save_model(accelerator: Any, model: torch.nn.Module, save_directory: str | o
     one file or shards + index."""
     state_dict = get_state_dict(accelerator, model)
     # a sharded model's full state dict exists on the main process only
-    each_node = accelerator.project_configuration.save_on_each_node and not _sharded(model)
+    each_node = accelerator.project_configuration.save_on_each_node and not is_sharded_model(model)
     if accelerator.is_local_main_process if each_node else accelerator.is_main_process:
         save_model_weights(state_dict, save_directory, max_shard_size=max_shard_size,
                            safe_serialization=safe_serialization)
