@@ -40,7 +40,7 @@ from accel_checkpoint.coordination import Peers, SaveRound, new_staging_dir
 from accel_checkpoint.errors import CheckpointError, CorruptCheckpointError
 from accel_checkpoint.fileio import read_json, write_json
 from accel_checkpoint.manager import read_object
-from accel_checkpoint.hashing import FileRecord, check_bytes, hash_file, map_file, record_new_files
+from accel_checkpoint.hashing import FileRecord, Verification, hash_file, record_new_files
 from accel_checkpoint.manifest import Manifest, library_versions, verify_checkpoint
 from accel_checkpoint.saving import _commit, check_name, rng_name, snapshot, write_parts
 
@@ -309,13 +309,11 @@ class LoadedShardedState:
 
 def _check_share(path: Path, manifest: Manifest, rank: int, world: int) -> str | None:
     """Hash this rank's share of the files; the first problem as text, else ``None``."""
-    for name in sorted(manifest.files)[rank::world]:
-        try:
-            check_bytes(path / name, map_file(path / name), manifest.files[name])
-        except FileNotFoundError:
-            return f"{path / name}\0listed in the manifest but missing"
-        except CorruptCheckpointError as exc:
-            return f"{exc.path}\0{exc.problem}"
+    share = {name: manifest.files[name] for name in sorted(manifest.files)[rank::world]}
+    try:
+        Verification(path, share).wait()
+    except CorruptCheckpointError as exc:
+        return f"{exc.path}\0{exc.problem}"
     return None
 
 
