@@ -306,7 +306,6 @@ class DataLoaderDispatcher(DataLoaderShard):
         self.begin()
         self._yielded = skip
         final = [self.remainder]
-        token = None
 
         def mine() -> Iterator[Any]:
             for part, last, remainder in self._steps(skip):
@@ -316,22 +315,7 @@ class DataLoaderDispatcher(DataLoaderShard):
                     yield part if self.device is None else send_to_device(
                         part, self.device, self.non_blocking)
 
-        try:
-            parts = mine()
-            current = next(parts, _END)
-            if current is _END:
-                self._finish_pass()
-                return
-            for upcoming in parts:
-                self._yielded += 1
-                yield current
-                current = upcoming
+        def exact_remainder() -> None:
             self.remainder = final[0]
-            self.end_of_dataloader = True
-            self._yielded += 1
-            token = self._hand_out_last()
-            yield current
-        finally:
-            if token is not None:  # also when abandoned on the last batch
-                self._settle(token)
-            self.end()
+
+        yield from self._look_ahead(mine(), None, exact_remainder)

@@ -11,7 +11,7 @@ indices).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -139,6 +139,34 @@ class DataLoaderStateMixin:
         pending = self._pending_finish
         if pending is not None and (token is None or pending is token):
             self._finish_pass()
+
+    def _look_ahead(self, batches: Iterator[Any], move: Callable[[Any], Any] | None,
+                    before_last: Callable[[], None]) -> Iterator[Any]:
+        """Yield ``batches`` one behind, so the last is known as such when it is handed out
+        (``end_of_dataloader``); ``move`` (device placement) runs on each batch before the
+        next one is fetched; ``before_last`` runs just before the last one is yielded. Ends
+        the pass, and the state ``begin()`` opened, however the iteration stops."""
+        token = None
+        try:
+            current = next(batches, _END)
+            if current is _END:
+                self._finish_pass()
+                return
+            if move is not None:
+                current = move(current)
+            for upcoming in batches:
+                self._yielded += 1
+                yield current
+                current = upcoming if move is None else move(upcoming)
+            before_last()
+            self.end_of_dataloader = True
+            self._yielded += 1
+            token = self._hand_out_last()
+            yield current
+        finally:
+            if token is not None:  # also when abandoned on the last batch
+                self._settle(token)
+            self.end()
 
     def _finish_pass(self) -> None:
         """A pass ran to its end: the next one is the next epoch, from its start."""
@@ -332,34 +360,21 @@ class DataLoaderShard(DataLoaderStateMixin, DataLoader):
         skip = self._pending_skip()
         self.begin()
         self._yielded = skip
-        token = None
         try:
             iterator, to_read = self._open(skip)
             for _ in range(to_read):  # iterable datasets: the skipped batches are read
                 if next(iterator, _END) is _END:
                     break
-            current = next(iterator, _END)
-            if current is _END:
-                self._finish_pass()
-                return
-            device, non_blocking = self.device, self.non_blocking or _async_safe(self.device)
-            if device is not None:
-                # Move before fetching the next batch, so an asynchronous copy overlaps it.
-                current = send_to_device(current, device, non_blocking)
-            for upcoming in iterator:
-                self._yielded += 1
-                yield current
-                current = upcoming if device is None else send_to_device(upcoming, device,
-                                                                         non_blocking)
-            self._exact_remainder()
-            self.end_of_dataloader = True
-            self._yielded += 1
-            token = self._hand_out_last()
-            yield current
-        finally:
-            if token is not None:  # also when abandoned on the last batch
-                self._settle(token)
+        except BaseException:
             self.end()
+            raise
+        device, non_blocking = self.device, self.non_blocking or _async_safe(self.device)
+        move = None
+        if device is not None:
+            # Move before fetching the next batch, so an asynchronous copy overlaps it.
+            def move(batch: Any) -> Any:
+                return send_to_device(batch, device, non_blocking)
+        yield from self._look_ahead(iterator, move, self._exact_remainder)
 
 
 def _async_safe(device: torch.device | None) -> bool:
