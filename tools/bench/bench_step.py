@@ -9,11 +9,18 @@ MLP. Raw and accel epochs alternate; the ratio of medians is reported. Target: a
 Two processes (raw = DistributedDataParallel + DistributedSampler):
 
     uv run accel launch --cpu --num_processes 2 tools/bench/bench_step.py
+
+``--accumulate N`` measures gradient accumulation instead: the accel loop runs every batch
+inside ``accelerator.accumulate(model)`` with ``gradient_accumulation_steps=N``, the raw
+loop divides the loss by N, skips DDP's all-reduce with ``no_sync()`` on the first N-1
+micro-steps and steps every N batches. ``--width`` sets the MLP's hidden width.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import time
 
 import torch
 import torch.distributed as dist
@@ -29,18 +36,21 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=60, help="steps per epoch per process")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=21)
+    parser.add_argument("--accumulate", type=int, default=1, help="micro-steps per optimizer step")
+    parser.add_argument("--width", type=int, default=256, help="hidden width of the MLP")
     parser.add_argument("--device", choices=["cpu", "auto"], default="cpu",
                         help="auto: the accelerator when present (tools/gpu_check.sh uses it)")
     args = parser.parse_args()
     torch.set_num_threads(1)
 
-    accelerator = Accelerator(cpu=args.device == "cpu")
+    accelerator = Accelerator(cpu=args.device == "cpu",
+                              gradient_accumulation_steps=args.accumulate)
     device = accelerator.device
     world = accelerator.num_processes
     n = args.steps * args.batch_size * world
     data = TensorDataset(torch.randn(n, 64), torch.randint(0, 10, (n,)))
 
-    raw_model = make_mlp().to(device)
+    raw_model = make_mlp(args.width).to(device)
     raw_sampler = None
     if world > 1:
         raw_model = nn.parallel.DistributedDataParallel(
@@ -48,23 +58,69 @@ def main() -> None:
         raw_sampler = DistributedSampler(data, shuffle=False)
     raw_loader = DataLoader(data, batch_size=args.batch_size, sampler=raw_sampler)
     raw_opt = torch.optim.SGD(raw_model.parameters(), lr=0.01)
-    raw = epoch_timer(raw_model, raw_opt, raw_loader, lambda loss: loss.backward(), device=device)
-
-    model = make_mlp()
+    model = make_mlp(args.width)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     model, opt, loader = accelerator.prepare(
         model, opt, DataLoader(data, batch_size=args.batch_size, shuffle=False))
-    acc = epoch_timer(model, opt, loader, accelerator.backward)
+    if args.accumulate > 1:
+        raw = raw_accumulation_timer(raw_model, raw_opt, raw_loader, args.accumulate, device)
+        acc = accel_accumulation_timer(accelerator, model, opt, loader)
+    else:
+        raw = epoch_timer(raw_model, raw_opt, raw_loader, lambda loss: loss.backward(),
+                          device=device)
+        acc = epoch_timer(model, opt, loader, accelerator.backward)
 
     raw(), acc()  # warm-up
     samples = interleaved({"raw torch": raw, "accel": acc}, args.repeats)
     per_step = {k: [v / args.steps * 1e3 for v in vs] for k, vs in samples.items()}
     if accelerator.is_main_process:
-        report(f"step ({world} process{'es' if world > 1 else ''}, {device.type})", "raw torch", "accel",
+        kind = "step" if args.accumulate == 1 else f"accumulate({args.accumulate}) micro-step"
+        report(f"{kind} ({world} process{'es' if world > 1 else ''}, {device.type}, "
+               f"w{args.width} b{args.batch_size})", "raw torch", "accel",
                per_step, unit="ms", target=1.02,
-               extra={"processes": world, "batch_size": args.batch_size, "steps": args.steps})
+               extra={"processes": world, "batch_size": args.batch_size, "steps": args.steps,
+                      "width": args.width, "accumulate": args.accumulate})
     if world > 1:
         dist.barrier()
+
+
+def raw_accumulation_timer(model, optimizer, loader, steps, device):  # noqa: ANN001, ANN201
+    """The hand-written accumulation loop: loss / steps, ``no_sync`` off the boundary."""
+    loss_fn = nn.CrossEntropyLoss()
+    ddp = isinstance(model, nn.parallel.DistributedDataParallel)
+    move = device.type != "cpu"
+
+    def run() -> float:
+        start = time.perf_counter()
+        last = len(loader) - 1
+        for i, (x, y) in enumerate(loader):
+            if move:
+                x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+            boundary = (i + 1) % steps == 0 or i == last
+            with model.no_sync() if ddp and not boundary else contextlib.nullcontext():
+                (loss_fn(model(x), y) / steps).backward()
+            if boundary:
+                optimizer.step()
+                optimizer.zero_grad()
+        return time.perf_counter() - start
+
+    return run
+
+
+def accel_accumulation_timer(accelerator, model, optimizer, loader):  # noqa: ANN001, ANN201
+    """Accelerate's documented accumulation loop."""
+    loss_fn = nn.CrossEntropyLoss()
+
+    def run() -> float:
+        start = time.perf_counter()
+        for x, y in loader:
+            with accelerator.accumulate(model):
+                accelerator.backward(loss_fn(model(x), y))
+                optimizer.step()
+                optimizer.zero_grad()
+        return time.perf_counter() - start
+
+    return run
 
 
 if __name__ == "__main__":

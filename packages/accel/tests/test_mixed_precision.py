@@ -165,7 +165,9 @@ def test_unscale_and_clip_are_plain_without_loss_scaling():
     accelerator.unscale_gradients()
     assert all(torch.equal(g, p.grad) for g, p in zip(grads, model.parameters(), strict=True))
     assert accelerator.clip_grad_norm_(model.parameters(), 1e-3) > 1e-3
-    assert optimizer._precision is None  # the fp32 step path stays the plain one
+    assert optimizer._strategy is accelerator.strategy  # the strategy takes the step
+    optimizer.step()
+    assert not optimizer.step_was_skipped
 
 
 def test_precision_handlers_are_sorted_into_slots():

@@ -1,21 +1,25 @@
 """accel-parallel: how a model is spread over processes (single device, DDP, ...).
 
 Strategies are looked up by name in :data:`STRATEGIES` (entry-point group
-``accel.strategies``); the built-ins register through the same entry points as
-third-party strategies.
+``accel.strategies``) and chosen from the resolved configuration by
+:func:`select_strategy`; the built-ins register through the same entry points as
+third-party strategies. The interface is :class:`Strategy` (docs/architecture.md).
 """
 
 from __future__ import annotations
 
 from accel_parallel.ddp import DDPCommunicationHookType, DDPStrategy, DistributedDataParallelKwargs
+from accel_parallel.rebind import parameter_moves, rebind_optimizer
+from accel_parallel.selection import StrategyConfig, select_strategy
 from accel_parallel.single import SingleDeviceStrategy
-from accel_parallel.strategy import STRATEGIES, Strategy, SupportsNoSync
+from accel_parallel.strategy import STRATEGIES, PrepareRequest, Strategy, SupportsNoSync
 from accel_parallel.unwrap import extract_model_from_parallel, is_sharded_model
 
-__version__ = "0.1.1"
+__version__ = "0.2.0"
 
 __all__ = [
     "DDPCommunicationHookType", "DDPStrategy", "DistributedDataParallelKwargs", "STRATEGIES",
-    "SingleDeviceStrategy", "Strategy", "SupportsNoSync", "extract_model_from_parallel",
-    "is_sharded_model",
+    "PrepareRequest", "SingleDeviceStrategy", "Strategy", "StrategyConfig", "SupportsNoSync",
+    "extract_model_from_parallel", "is_sharded_model", "parameter_moves", "rebind_optimizer",
+    "select_strategy",
 ]

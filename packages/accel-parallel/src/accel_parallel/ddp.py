@@ -10,11 +10,14 @@ from typing import TYPE_CHECKING, Any
 import torch
 from accel_state import ConfigurationError, KwargsHandler
 
-from accel_parallel.strategy import Strategy
+from accel_parallel.strategy import Strategy, SupportsNoSync
 from accel_parallel.unwrap import is_sharded_model
 
 if TYPE_CHECKING:
+    from accel_precision import Precision
     from accel_state import PartialState
+
+    from accel_parallel.selection import StrategyConfig
 
 __all__ = ["DDPStrategy", "DistributedDataParallelKwargs", "DDPCommunicationHookType"]
 
@@ -94,14 +97,30 @@ class DistributedDataParallelKwargs(KwargsHandler):
 
 
 class DDPStrategy(Strategy):
-    """Replicate the model on every process and all-reduce gradients in backward."""
+    """Replicate the model on every process and all-reduce gradients in backward.
+
+    The worked example of the Strategy interface (docs/architecture.md): it is chosen when
+    several processes run (:meth:`accepts`), wraps models in ``DistributedDataParallel``
+    (:meth:`prepare_model`) and skips the all-reduce on accumulation micro-steps
+    (:meth:`no_sync`); every other hook is the base default.
+    """
 
     name = "ddp"
+    priority = 10
 
-    def __init__(self, state: PartialState, *, ddp_kwargs: DistributedDataParallelKwargs | None = None,
+    def __init__(self, state: PartialState, *, precision: Precision | None = None,
+                 ddp_kwargs: DistributedDataParallelKwargs | None = None,
                  **options: Any) -> None:
-        super().__init__(state, **options)
+        super().__init__(state, precision=precision, **options)
         self.ddp_kwargs = ddp_kwargs or DistributedDataParallelKwargs()
+
+    @classmethod
+    def accepts(cls, config: StrategyConfig) -> bool:
+        return config.state.use_distributed
+
+    @classmethod
+    def from_config(cls, config: StrategyConfig) -> DDPStrategy:
+        return cls(config.state, precision=config.precision, ddp_kwargs=config.handlers.get("ddp"))
 
     def prepare_model(self, model: torch.nn.Module, *, device_placement: bool = True,
                       evaluation_mode: bool = False) -> torch.nn.Module:
@@ -119,12 +138,7 @@ class DDPStrategy(Strategy):
         self.ddp_kwargs.register_comm_hook(wrapped)
         return wrapped
 
-    def unwrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
-        if isinstance(model, torch.nn.parallel.DistributedDataParallel):
-            return model.module
-        return model
-
     def no_sync(self, model: torch.nn.Module) -> contextlib.AbstractContextManager[None]:
-        if isinstance(model, torch.nn.parallel.DistributedDataParallel):
+        if isinstance(model, SupportsNoSync):
             return model.no_sync()
-        return contextlib.nullcontext()
+        return super().no_sync(model)

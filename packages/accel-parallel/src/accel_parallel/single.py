@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from accel_parallel.strategy import Strategy
+
+if TYPE_CHECKING:
+    from accel_parallel.selection import StrategyConfig
 
 __all__ = ["SingleDeviceStrategy"]
 
 
 class SingleDeviceStrategy(Strategy):
-    """The strategy of a plain (non-distributed) run."""
+    """The strategy of a plain (non-distributed) run: every hook is the base default."""
 
     name = "single"
+
+    @classmethod
+    def accepts(cls, config: StrategyConfig) -> bool:
+        return not config.state.use_distributed

@@ -1,56 +1,244 @@
-"""The Strategy interface: how a model is wrapped, unwrapped, and how gradients are synced.
+"""The Strategy interface: everything backend-specific about a training run.
 
-The facade hands every prepared model to one Strategy object and never asks which
-backend it is (DESIGN.md §4). Backends differ only through these methods and small
-capability protocols such as :class:`SupportsNoSync`.
+The facade resolves its arguments into one :class:`~accel_precision.Precision` and one
+Strategy, hands the strategy every object of a ``prepare`` call together, and from then on
+calls only the hooks below — it never asks which backend it holds (DESIGN.md §4, §8).
+A strategy owns:
+
+- **preparing** (:meth:`Strategy.prepare`): models, optimizers, schedulers and data
+  loaders of one call, grouped by kind; the per-kind defaults keep single-device and DDP
+  simple, an engine overrides :meth:`prepare` to initialise everything at once;
+- **the step**: :meth:`backward` (with accumulation division and loss scaling),
+  :meth:`optimizer_step`, :meth:`zero_grad`, :meth:`unscale_gradients`, clipping, the
+  accumulation boundary (:meth:`accumulation_context`, which ``no_sync`` implements for
+  DDP) and :meth:`unwrap_model`;
+- **the topology** the data side uses: the data-parallel rank, size and group
+  (:attr:`dp_rank`, :attr:`dp_size`, :attr:`dp_group`), the per-dimension ranks and
+  :attr:`distributed_type`;
+- **the checkpoint format** (:meth:`checkpoint_format`).
+
+How each default behaves is the single-process behaviour; subclasses override only what
+they change.
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
+import torch
+from accel_precision import NoPrecision, Precision
 from accel_state import Registry
 
-if TYPE_CHECKING:
-    import torch
-    from accel_state import PartialState
+from accel_parallel.rebind import parameter_moves, rebind_optimizer
+from accel_parallel.unwrap import extract_model_from_parallel, is_sharded_model
 
-__all__ = ["Strategy", "SupportsNoSync", "STRATEGIES"]
+if TYPE_CHECKING:
+    from accel_state import DistributedType, PartialState
+
+    from accel_parallel.selection import StrategyConfig
+
+__all__ = ["Strategy", "SupportsNoSync", "STRATEGIES", "PrepareRequest"]
+
+_NO_CONTEXT = contextlib.nullcontext()  # reusable: entering it has no state
+
+
+@dataclass
+class PrepareRequest:
+    """The objects of one ``prepare`` call, grouped by kind, each list in the user's order.
+
+    :meth:`Strategy.prepare` returns one of these with the prepared objects at the same
+    positions (an engine may replace an optimizer by its own; the lists keep their lengths).
+    """
+
+    models: list[torch.nn.Module] = field(default_factory=list)
+    optimizers: list[torch.optim.Optimizer] = field(default_factory=list)
+    schedulers: list[Any] = field(default_factory=list)
+    dataloaders: list[Any] = field(default_factory=list)
+    #: per model: move it to the strategy's device
+    device_placement: list[bool] = field(default_factory=list)
+    #: prepare models for inference only (no gradient synchronisation wrapper)
+    evaluation_mode: bool = False
 
 
 class Strategy:
-    """Base strategy: every hook is a sensible single-process default; subclasses override.
+    """Base strategy: one process, one device; every hook is that setting's behaviour.
 
-    ``state`` is the process's :class:`~accel_state.PartialState` (device, ranks).
+    Args:
+        state: the process's :class:`~accel_state.PartialState` (device, ranks).
+        precision: the resolved mixed precision; the strategy decides how it applies
+            (autocast around forward by default) and owns its loss scaler.
     """
 
-    name = "base"
+    name: ClassVar[str] = "base"
+    #: Order in which :func:`~accel_parallel.select_strategy` asks strategies whether they
+    #: build from a configuration (highest first; ties by name).
+    priority: ClassVar[int] = 0
 
-    def __init__(self, state: PartialState, **options: Any) -> None:
+    def __init__(self, state: PartialState, *, precision: Precision | None = None,
+                 **options: Any) -> None:
         self.state = state
+        self.precision = precision if precision is not None else NoPrecision(device=state.device)
         self.options = options
+
+    # -- selection by data --------------------------------------------------------------------
+    @classmethod
+    def accepts(cls, config: StrategyConfig) -> bool:
+        """Whether this strategy is the one for ``config`` (it is then built with
+        :meth:`from_config`). The base accepts nothing: it is only used when named."""
+        return False
+
+    @classmethod
+    def from_config(cls, config: StrategyConfig) -> Strategy:
+        """Build this strategy from the resolved configuration."""
+        return cls(config.state, precision=config.precision)
+
+    # -- topology -----------------------------------------------------------------------------
+    @property
+    def distributed_type(self) -> DistributedType:
+        """Accelerate's ``DistributedType`` of this run (``NO``, ``MULTI_CPU``, ``FSDP``, ...)."""
+        return self.state.distributed_type
+
+    @property
+    def dp_size(self) -> int:
+        """Number of data-parallel replicas: how many different batches one step sees."""
+        return self.state.num_processes
+
+    @property
+    def dp_rank(self) -> int:
+        """This process's index among the data-parallel replicas (which shard it reads)."""
+        return self.state.process_index
+
+    @property
+    def dp_group(self) -> Any:
+        """Process group of this process's data-parallel peers; None: every process."""
+        return None
+
+    @property
+    def parallel_sizes(self) -> dict[str, int]:
+        """Size of each parallel dimension of the mesh (``dp_replicate``, ``dp_shard``,
+        ``tp``, ``cp``); their product is the number of processes."""
+        return {"dp_replicate": self.dp_size}
+
+    @property
+    def parallel_ranks(self) -> dict[str, int]:
+        """This process's coordinate along each dimension of :attr:`parallel_sizes`."""
+        return {"dp_replicate": self.dp_rank}
+
+    # -- prepare ------------------------------------------------------------------------------
+    def prepare(self, request: PrepareRequest) -> PrepareRequest:
+        """Prepare every object of one ``prepare`` call; models first.
+
+        Optimizers built before ``prepare`` are re-bound when a model's preparation
+        replaced its parameters (sharding does); then each kind's hook runs.
+        """
+        before = [dict(m.named_parameters()) for m in request.models]
+        placements = request.device_placement or [True] * len(request.models)
+        models = [self.prepare_model(m, device_placement=p,
+                                     evaluation_mode=request.evaluation_mode)
+                  for m, p in zip(request.models, placements)]
+        moves = parameter_moves(before, [dict(self.unwrap_model(m, keep_torch_compile=False)
+                                              .named_parameters()) for m in models])
+        optimizers = [self.prepare_optimizer(rebind_optimizer(o, moves) if moves else o)
+                      for o in request.optimizers]
+        return PrepareRequest(models=models, optimizers=optimizers,
+                              schedulers=[self.prepare_scheduler(s) for s in request.schedulers],
+                              dataloaders=[self.prepare_data_loader(d)
+                                           for d in request.dataloaders],
+                              device_placement=placements,
+                              evaluation_mode=request.evaluation_mode)
 
     def prepare_model(self, model: torch.nn.Module, *, device_placement: bool = True,
                       evaluation_mode: bool = False) -> torch.nn.Module:
-        """Move the model to the device (when asked) and wrap it for this strategy."""
+        """Apply the precision to the model (fp8 layers, autocast forward), move it to the
+        device when asked, and wrap it for this strategy (nothing to wrap here)."""
+        model = self.precision.wrap_forward(self.precision.convert_module(model))
         if device_placement:
             model = model.to(self.state.device)
         return model
 
-    def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
-        loss.backward(**kwargs)
+    def prepare_optimizer(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+        """The optimizer to step (already re-bound to the prepared parameters)."""
+        return optimizer
 
-    def unwrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
+    def prepare_scheduler(self, scheduler: Any) -> Any:
+        return scheduler
+
+    def prepare_data_loader(self, dataloader: Any) -> Any:
+        """Seen before the facade shards it over :attr:`dp_size` (an engine may read its
+        batch size here)."""
+        return dataloader
+
+    def unwrap_model(self, model: torch.nn.Module, keep_fp32_wrapper: bool = True,
+                     keep_torch_compile: bool = True) -> torch.nn.Module:
         """The user's own module inside whatever this strategy wrapped around it."""
-        return model
+        return extract_model_from_parallel(model, keep_fp32_wrapper, keep_torch_compile)
+
+    # -- the step -----------------------------------------------------------------------------
+    def backward(self, loss: torch.Tensor, *, accumulation_steps: int = 1,
+                 **kwargs: Any) -> None:
+        """Backward of ``loss`` divided by ``accumulation_steps`` (so accumulated gradients
+        are the mean over the large batch) and scaled by the precision (fp16)."""
+        if accumulation_steps > 1:
+            loss = loss / accumulation_steps
+        self.precision.pre_backward(loss).backward(**kwargs)
+
+    @property
+    def scaler(self) -> torch.amp.GradScaler | None:
+        """The loss scaler in use (the precision's by default), else None."""
+        return self.precision.scaler
+
+    def unscale_gradients(self, optimizer: torch.optim.Optimizer) -> None:
+        """Bring ``optimizer``'s gradients to their true scale (before clipping)."""
+        self.precision.unscale_(optimizer)
+
+    def optimizer_step(self, optimizer: torch.optim.Optimizer, closure: Any = None) -> bool:
+        """Step ``optimizer``; False when the step was skipped (inf/nan under fp16)."""
+        return self.precision.optimizer_step(optimizer, closure)
+
+    def zero_grad(self, optimizer: torch.optim.Optimizer, set_to_none: bool = True) -> None:
+        optimizer.zero_grad(set_to_none=set_to_none)
+
+    def clip_grad_norm_(self, parameters: Any, max_norm: float,
+                        norm_type: float = 2) -> torch.Tensor:
+        """Clip the gradients' total norm (already unscaled); returns the norm before."""
+        return torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
+
+    def clip_grad_value_(self, parameters: Any, clip_value: float) -> None:
+        torch.nn.utils.clip_grad_value_(parameters, clip_value)
 
     def no_sync(self, model: torch.nn.Module) -> contextlib.AbstractContextManager[None]:
         """Skip gradient synchronisation inside the block (a no-op without data parallelism)."""
-        return contextlib.nullcontext()
+        return _NO_CONTEXT
+
+    def accumulation_context(self, models: tuple[torch.nn.Module, ...] | list[torch.nn.Module],
+                             sync: bool) -> contextlib.AbstractContextManager[Any]:
+        """Context of one micro-step inside ``accumulate()``; ``sync`` is False when this
+        batch only accumulates (the gradient reduction can wait for the boundary)."""
+        if sync or not models:
+            return _NO_CONTEXT
+        return self._without_sync(models)
+
+    @contextlib.contextmanager
+    def _without_sync(self, models: Any) -> Iterator[None]:
+        with contextlib.ExitStack() as stack:
+            for model in models:
+                stack.enter_context(self.no_sync(model))
+            yield
+
+    # -- checkpoints --------------------------------------------------------------------------
+    def checkpoint_format(self, models: list[torch.nn.Module]) -> Any:
+        """The checkpoint layout for these prepared models: a layout name registered with
+        accel-checkpoint (``"replicated"``: full state dicts written by rank 0;
+        ``"sharded"``: every rank writes its DTensor shards through DCP), or a writer
+        object of the strategy's own (an engine's checkpoint)."""
+        return "sharded" if any(is_sharded_model(m) for m in models) else "replicated"
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(device={self.state.device}, world={self.state.num_processes})"
+        return (f"{type(self).__name__}(device={self.state.device}, "
+                f"world={self.state.num_processes}, precision={self.precision.name!r})")
 
 
 @runtime_checkable
@@ -61,4 +249,3 @@ class SupportsNoSync(Protocol):
 
 
 STRATEGIES: Registry[type[Strategy]] = Registry("accel.strategies", "strategy")
-

@@ -128,6 +128,9 @@ MIXED_PRECISION = _var("ACCEL_MIXED_PRECISION", "Mixed precision mode: no, fp16,
 DEBUG_MODE = _var("ACCEL_DEBUG_MODE", "Check tensor shapes across ranks before each collective "
                   "and raise DistributedOperationException on a mismatch.",
                   "ACCELERATE_DEBUG_MODE")
+STRATEGY = _var("ACCEL_STRATEGY", "Name of a registered strategy (entry-point group "
+                "accel.strategies) to use instead of choosing one from the configuration, "
+                "e.g. a third-party engine. Unknown names list the registered ones.")
 LAUNCHED = _var("ACCEL_LAUNCHED", "Set to 1 in every worker started by `accel launch`.")
 LOG_LEVEL = _var("ACCEL_LOG_LEVEL", "Level of loggers made by accel_state.logging.get_logger "
                  "when none is given (DEBUG, INFO, WARNING, ...).", "ACCELERATE_LOG_LEVEL")

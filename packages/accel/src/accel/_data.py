@@ -87,21 +87,24 @@ class DataMixin:
 
     def _shard_loader(self, data_loader: torch.utils.data.DataLoader, placement: bool,
                       slice_fn_for_dispatch: Any = None) -> Any:
-        """``accel_data.prepare_data_loader`` with this accelerator's world and options."""
+        """``accel_data.prepare_data_loader`` over the strategy's data-parallel replicas
+        (all processes for DDP; fewer when other dimensions, such as TP, share batches)."""
+        strategy = self._strategy  # type: ignore[attr-defined]
         return _prepare(data_loader, device=self.device,  # type: ignore[attr-defined]
-                        num_processes=self.num_processes,  # type: ignore[attr-defined]
-                        process_index=self.process_index,  # type: ignore[attr-defined]
+                        num_processes=strategy.dp_size, process_index=strategy.dp_rank,
+                        group=strategy.dp_group,
                         put_on_device=placement, slice_fn_for_dispatch=slice_fn_for_dispatch,
                         **self._dataloader_config.to_kwargs())
 
     def gather_for_metrics(self, input_data: Any, use_gather_object: bool = False) -> Any:
-        """Gather from every process, dropping the last batch's padding samples.
+        """Gather from every data-parallel replica, dropping the last batch's padding samples.
 
         Over an epoch of a prepared loader (map-style, sized, ``even_batches`` on) the
         gathered rows are exactly the dataset's, in order. See docs/data.md for
         ``even_batches=False``.
         """
-        return _gather_for_metrics(input_data, use_gather_object=use_gather_object)
+        return _gather_for_metrics(input_data, use_gather_object=use_gather_object,
+                                   group=self._strategy.dp_group)  # type: ignore[attr-defined]
 
     def skip_first_batches(self, dataloader: Any, num_batches: int = 0) -> Any:
         """The rest of ``dataloader``'s current epoch after ``num_batches`` batches.

@@ -1,10 +1,10 @@
 """The Accelerator's mixed-precision surface, delegated to its :class:`~accel_precision.Precision`.
 
-A mixin so that ``accelerator.py`` only calls four hooks (build, prepare a model, attach
-to an optimizer, backward) and the Accelerate-named properties and methods
-(``mixed_precision``, ``native_amp``, ``scaler``, ``autocast()``, ``unscale_gradients``,
-``clip_grad_norm_``, ...) live here. Nothing in it branches on a concrete precision:
-only the hooks a precision overrides are called on the hot path.
+The precision is resolved first and handed to the strategy, which applies it to models
+and owns the loss scaler and the steps (``accel_parallel.Strategy``). This mixin holds the
+Accelerate-named properties and methods (``mixed_precision``, ``native_amp``, ``scaler``,
+``autocast()``, ``unscale_gradients``, ``clip_grad_norm_``, ...) and delegates them to the
+strategy or the precision; nothing in it branches on a concrete precision or strategy.
 """
 
 from __future__ import annotations
@@ -34,20 +34,10 @@ class PrecisionMixin:
     """Accelerate's precision API on the Accelerator (state: ``self._precision``)."""
 
     _precision: Precision
+    _strategy: Any
     _optimizers: list[AcceleratedOptimizer]
     state: PartialState
     gradient_state: GradientState
-
-    # -- hooks accelerator.py calls ----------------------------------------------------------
-    def _precision_prepare_model(self, model: torch.nn.Module) -> torch.nn.Module:
-        """Convert layers (fp8) and wrap forward in autocast, before the strategy wraps it."""
-        return self._precision.wrap_forward(self._precision.convert_module(model))
-
-    def _precision_prepare_optimizer(self, optimizer: AcceleratedOptimizer) -> None:
-        """Route the optimizer's steps through the precision when it changes stepping."""
-        optimizer.scaler = self._precision.scaler
-        if self._precision.overrides("optimizer_step"):
-            optimizer._precision = self._precision
 
     # -- properties --------------------------------------------------------------------------
     @property
@@ -67,8 +57,8 @@ class PrecisionMixin:
 
     @property
     def scaler(self) -> torch.amp.GradScaler | None:
-        """The fp16 loss scaler (``torch.amp.GradScaler``), else None."""
-        return self._precision.scaler
+        """The fp16 loss scaler (``torch.amp.GradScaler``) the strategy uses, else None."""
+        return self._strategy.scaler
 
     @property
     def fp8_backend(self) -> FP8BackendType:
@@ -97,7 +87,7 @@ class PrecisionMixin:
         (unscaling half an accumulation would mix scaled and unscaled gradients).
         Calling it twice before the step is harmless.
         """
-        if not self._precision.overrides("unscale_") or not self.gradient_state.sync_gradients:
+        if not self.gradient_state.sync_gradients:
             return
         if optimizer is None:
             optimizers: Iterable[Any] = self._optimizers
@@ -106,15 +96,16 @@ class PrecisionMixin:
         else:
             optimizers = [optimizer]
         for each in optimizers:
-            self._precision.unscale_(_inner(each))
+            self._strategy.unscale_gradients(_inner(each))
 
     def clip_grad_norm_(self, parameters: Any, max_norm: float,
                         norm_type: float = 2) -> torch.Tensor:
-        """``torch.nn.utils.clip_grad_norm_`` on true-scale gradients (unscales first)."""
+        """Clip the total gradient norm on true-scale gradients (unscales first); the
+        strategy computes it (``torch.nn.utils.clip_grad_norm_`` for replicated models)."""
         self.unscale_gradients()
-        return torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
+        return self._strategy.clip_grad_norm_(parameters, max_norm, norm_type)
 
     def clip_grad_value_(self, parameters: Any, clip_value: float) -> None:
         """``torch.nn.utils.clip_grad_value_`` on true-scale gradients (unscales first)."""
         self.unscale_gradients()
-        torch.nn.utils.clip_grad_value_(parameters, clip_value)
+        self._strategy.clip_grad_value_(parameters, clip_value)

@@ -1,8 +1,8 @@
 """Turn the Accelerator's arguments into the objects it delegates to — in one place.
 
-DESIGN.md §4: arguments are resolved once, here, into a Strategy and a Precision. The
-Accelerator itself never branches on a
-concrete backend.
+DESIGN.md §4: arguments are resolved once, here, into a Precision and then a Strategy
+(which receives the precision). The Accelerator itself never branches on a concrete
+backend.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from accel_parallel import STRATEGIES, DistributedDataParallelKwargs, Strategy
+from accel_parallel import DistributedDataParallelKwargs, Strategy, StrategyConfig, select_strategy
 from accel_precision import (
     AORecipeKwargs,
     AutocastKwargs,
@@ -72,11 +72,13 @@ def collect_handlers(kwargs_handlers: Iterable[Any] | None) -> Handlers:
     return handlers
 
 
-def resolve_strategy(state: PartialState, handlers: Handlers) -> Strategy:
-    """Data parallelism when several processes run, else a single device."""
-    if state.use_distributed:
-        return STRATEGIES.get("ddp")(state, ddp_kwargs=handlers.ddp)
-    return STRATEGIES.get("single")(state)
+def resolve_strategy(state: PartialState, precision: Precision, handlers: Handlers) -> Strategy:
+    """The strategy for this configuration, chosen by accel-parallel's registry (each
+    strategy says from which configuration it builds itself; ``ACCEL_STRATEGY`` names one).
+    The precision is handed over: the strategy decides how it applies."""
+    config = StrategyConfig(state=state, precision=precision,
+                            handlers={"ddp": handlers.ddp} if handlers.ddp else {})
+    return select_strategy(config)
 
 
 def resolve_precision(mixed_precision: Any, state: PartialState, handlers: Handlers) -> Precision:

@@ -1,8 +1,10 @@
 """The ``Accelerator``: four lines turn a PyTorch script into a distributed one.
 
-It owns the process state, resolves its arguments once into a Strategy
-(``accel._resolve``) and delegates: data to accel-data, collectives to accel-state,
-model wrapping to the strategy. Kept thin on purpose.
+It owns the process state, resolves its arguments once into a Precision and a Strategy
+(``accel._resolve``) and delegates: data to accel-data, collectives to accel-state, and
+everything backend-specific — preparing, backward, steps, clipping, accumulation,
+unwrapping, topology, checkpoint format — to the strategy, without asking which one it
+is. Kept thin on purpose.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import torch
-from accel_parallel import extract_model_from_parallel
+from accel_parallel import PrepareRequest, Strategy
 from accel_state import (
     DistributedType,
     GradientAccumulationPlugin,
@@ -75,9 +77,10 @@ class Accelerator(PrecisionMixin, DataMixin, _ckpt.CheckpointingMixin, _tracking
             resolve_accumulation(gradient_accumulation_steps, gradient_accumulation_plugin))
         self.device_placement = device_placement
         self.step_scheduler_with_optimizer = step_scheduler_with_optimizer
-        self._strategy = resolve_strategy(self.state, self._handlers)
-        # mixed precision (accel/_precision.py): argument + ACCEL_MIXED_PRECISION + handlers
+        # mixed precision (accel/_precision.py): argument + ACCEL_MIXED_PRECISION + handlers,
+        # then the strategy, which receives it (accel_parallel: chosen by the registry)
         self._precision = resolve_precision(mixed_precision, self.state, self._handlers)
+        self._strategy = resolve_strategy(self.state, self._precision, self._handlers)
         self._models: list[torch.nn.Module] = []
         self._optimizers: list[AcceleratedOptimizer] = []
         self._schedulers: list[AcceleratedScheduler] = []
@@ -99,7 +102,8 @@ class Accelerator(PrecisionMixin, DataMixin, _ckpt.CheckpointingMixin, _tracking
 
     @property
     def distributed_type(self) -> DistributedType:
-        return self.state.distributed_type
+        """The strategy's (``MULTI_CPU``, ``MULTI_GPU``, ``FSDP``, ``DEEPSPEED``, ...)."""
+        return self._strategy.distributed_type
 
     @property
     def num_processes(self) -> int:
@@ -142,17 +146,19 @@ class Accelerator(PrecisionMixin, DataMixin, _ckpt.CheckpointingMixin, _tracking
         self.gradient_state.plugin_kwargs["num_steps"] = steps
 
     @property
-    def strategy(self) -> Any:
-        """The Strategy object that wraps models (single device, DDP, ...)."""
+    def strategy(self) -> Strategy:
+        """The Strategy object (single device, DDP, ...): it prepares objects, takes the
+        steps and says the data-parallel topology and checkpoint format."""
         return self._strategy
 
     # -- prepare -----------------------------------------------------------------------------
     def prepare(self, *args: Any, device_placement: list[bool] | None = None) -> Any:
         """Prepare each object for the current setting and return them in the same order.
 
-        Models are moved and wrapped (DDP with several processes), optimizers and
-        schedulers wrapped, dataloaders sharded per process. Anything else is returned
-        unchanged. One argument returns one object, several return a tuple.
+        Models, optimizers, schedulers and dataloaders of the call go to the strategy
+        together (an engine initialises them as one); then optimizers and schedulers are
+        wrapped and dataloaders sharded over the data-parallel replicas. Anything else is
+        returned unchanged. One argument returns one object, several return a tuple.
         """
         if device_placement is None:
             device_placement = [self.device_placement] * len(args)
@@ -161,72 +167,88 @@ class Accelerator(PrecisionMixin, DataMixin, _ckpt.CheckpointingMixin, _tracking
                 f"prepare() got {len(args)} objects but device_placement has "
                 f"{len(device_placement)} entries; give one bool per object."
             )
-        # Models first, so optimizers and schedulers see the final parameters.
-        order = sorted(range(len(args)), key=lambda i: _preparation_rank(args[i]))
-        result = list(args)
-        for i in order:
-            result[i] = self._prepare_one(result[i], device_placement[i])
+        result = self._prepare_together(list(args), device_placement)
         return result[0] if len(result) == 1 else tuple(result)
 
-    def _prepare_one(self, obj: Any, device_placement: bool) -> Any:
-        if getattr(obj, "_is_accelerate_prepared", False):
-            return obj
-        if isinstance(obj, torch.nn.Module):
-            return self.prepare_model(obj, device_placement=device_placement)
-        if isinstance(obj, torch.optim.Optimizer):
-            return self.prepare_optimizer(obj, device_placement=device_placement)
-        if isinstance(obj, torch.utils.data.DataLoader):
-            return self.prepare_data_loader(obj, device_placement=device_placement)
-        if isinstance(obj, torch.optim.lr_scheduler.LRScheduler):
-            return self.prepare_scheduler(obj)
-        return obj
+    def _prepare_together(self, objects: list[Any], placement: list[bool],
+                          evaluation_mode: bool = False, slice_fn_for_dispatch: Any = None,
+                          ) -> list[Any]:
+        """One strategy call for every object not prepared yet; results in the same order."""
+        kinds: dict[str, list[int]] = {kind: [] for kind in _KINDS}
+        for i, obj in enumerate(objects):
+            kind = None if getattr(obj, "_is_accelerate_prepared", False) else _kind_of(obj)
+            if kind is not None:
+                kinds[kind].append(i)
+        if not any(kinds.values()):
+            return objects
+        request = PrepareRequest(**{kind: [objects[i] for i in kinds[kind]] for kind in _KINDS},
+                                 device_placement=[placement[i] for i in kinds["models"]],
+                                 evaluation_mode=evaluation_mode)
+        prepared = self._strategy.prepare(request)
+        result = list(objects)
+        for i, model in zip(kinds["models"], prepared.models):
+            result[i] = self._adopt_model(model)
+        for i, optimizer in zip(kinds["optimizers"], prepared.optimizers):
+            result[i] = self._adopt_optimizer(optimizer, placement[i])
+        for i, loader in zip(kinds["dataloaders"], prepared.dataloaders):
+            result[i] = self._shard_loader(loader, placement[i], slice_fn_for_dispatch)
+            self._dataloaders.append(result[i])
+        for i, scheduler in zip(kinds["schedulers"], prepared.schedulers):
+            result[i] = self._adopt_scheduler(scheduler)
+        return result
 
-    def prepare_model(self, model: torch.nn.Module, device_placement: bool | None = None,
-                      evaluation_mode: bool = False) -> torch.nn.Module:
-        placement = self.device_placement if device_placement is None else device_placement
-        model = self._precision_prepare_model(model)  # fp8 layers, autocast forward
-        prepared = self._strategy.prepare_model(model, device_placement=placement,
-                                                evaluation_mode=evaluation_mode)
-        prepared._is_accelerate_prepared = True
-        self._models.append(prepared)
-        return prepared
+    def _adopt_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        model._is_accelerate_prepared = True
+        self._models.append(model)
+        return model
 
-    def prepare_optimizer(self, optimizer: torch.optim.Optimizer,
-                          device_placement: bool | None = None) -> AcceleratedOptimizer:
-        placement = self.device_placement if device_placement is None else device_placement
-        prepared = AcceleratedOptimizer(optimizer, device_placement=placement)
-        self._precision_prepare_optimizer(prepared)
+    def _adopt_optimizer(self, optimizer: torch.optim.Optimizer,
+                         placement: bool) -> AcceleratedOptimizer:
+        prepared = AcceleratedOptimizer(optimizer, device_placement=placement,
+                                        scaler=self._strategy.scaler, strategy=self._strategy)
         prepared._is_accelerate_prepared = True
         self._optimizers.append(prepared)
         return prepared
 
-    def prepare_scheduler(self, scheduler: Any) -> AcceleratedScheduler:
+    def _adopt_scheduler(self, scheduler: Any) -> AcceleratedScheduler:
         own = [opt for opt in self._optimizers if opt.optimizer is scheduler.optimizer]
         prepared = AcceleratedScheduler(scheduler, own or self._optimizers,
-                                        step_with_optimizer=self.step_scheduler_with_optimizer)
+                                        step_with_optimizer=self.step_scheduler_with_optimizer,
+                                        split_batches=self.split_batches,
+                                        num_processes=self._strategy.dp_size)
         prepared._is_accelerate_prepared = True
         self._schedulers.append(prepared)
         return prepared
+
+    def prepare_model(self, model: torch.nn.Module, device_placement: bool | None = None,
+                      evaluation_mode: bool = False) -> torch.nn.Module:
+        placement = self.device_placement if device_placement is None else device_placement
+        return self._prepare_together([model], [placement], evaluation_mode)[0]
+
+    def prepare_optimizer(self, optimizer: torch.optim.Optimizer,
+                          device_placement: bool | None = None) -> AcceleratedOptimizer:
+        placement = self.device_placement if device_placement is None else device_placement
+        return self._prepare_together([optimizer], [placement])[0]
+
+    def prepare_scheduler(self, scheduler: Any) -> AcceleratedScheduler:
+        return self._prepare_together([scheduler], [self.device_placement])[0]
 
     def prepare_data_loader(self, data_loader: torch.utils.data.DataLoader,
                             device_placement: bool | None = None,
                             slice_fn_for_dispatch: Any = None) -> Any:
         placement = self.device_placement if device_placement is None else device_placement
-        prepared = self._shard_loader(data_loader, placement, slice_fn_for_dispatch)
-        self._dataloaders.append(prepared)
-        return prepared
+        return self._prepare_together([data_loader], [placement],
+                                      slice_fn_for_dispatch=slice_fn_for_dispatch)[0]
 
     # -- training ----------------------------------------------------------------------------
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
-        """Use instead of ``loss.backward()``; the strategy may scale or route it.
+        """Use instead of ``loss.backward()``; the strategy divides, scales and routes it.
 
         With gradient accumulation the loss is divided by the number of accumulated batches,
         so the summed gradients are the mean over the large batch.
         """
-        steps = self.gradient_state.num_steps
-        if steps > 1:
-            loss = loss / steps
-        self._strategy.backward(self._precision.pre_backward(loss), **kwargs)
+        self._strategy.backward(loss, accumulation_steps=self.gradient_state.num_steps,
+                                **kwargs)
 
     @contextlib.contextmanager
     def accumulate(self, *models: torch.nn.Module) -> Iterator[None]:
@@ -234,14 +256,13 @@ class Accelerator(PrecisionMixin, DataMixin, _ckpt.CheckpointingMixin, _tracking
 
         Inside the block, prepared optimizers and schedulers step only on the last batch of
         each cycle (and on the last batch of the dataloader); on the other batches the
-        models skip their gradient all-reduce (``no_sync``) unless the plugin's
+        strategy may defer the gradient reduction (DDP's ``no_sync``) unless the plugin's
         ``sync_each_batch`` is set.
         """
         self._do_sync()
-        with contextlib.ExitStack() as stack:
-            if not (self.sync_gradients or self.gradient_state.sync_each_batch):
-                for model in models:
-                    stack.enter_context(self.no_sync(model))
+        state = self.gradient_state
+        with self._strategy.accumulation_context(models,
+                                                 state.sync_gradients or state.sync_each_batch):
             yield
 
     def _do_sync(self) -> None:
@@ -259,7 +280,8 @@ class Accelerator(PrecisionMixin, DataMixin, _ckpt.CheckpointingMixin, _tracking
 
     def unwrap_model(self, model: torch.nn.Module, keep_fp32_wrapper: bool = True,
                      keep_torch_compile: bool = True) -> torch.nn.Module:
-        return extract_model_from_parallel(model, keep_fp32_wrapper, keep_torch_compile)
+        """The user's module inside the strategy's wrappers (DDP, an engine, compile)."""
+        return self._strategy.unwrap_model(model, keep_fp32_wrapper, keep_torch_compile)
 
     # -- collectives -------------------------------------------------------------------------
     def gather(self, tensor: Any) -> Any:
@@ -323,11 +345,17 @@ class Accelerator(PrecisionMixin, DataMixin, _ckpt.CheckpointingMixin, _tracking
         _ckpt.save(obj, f, save_on_each_node=self.project_configuration.save_on_each_node,
                    safe_serialization=safe_serialization)
 
-def _preparation_rank(obj: Any) -> int:
+#: The kinds of objects ``prepare`` hands to the strategy (``PrepareRequest`` fields).
+_KINDS = ("models", "optimizers", "schedulers", "dataloaders")
+
+
+def _kind_of(obj: Any) -> str | None:
     if isinstance(obj, torch.nn.Module):
-        return 0
+        return "models"
     if isinstance(obj, torch.optim.Optimizer):
-        return 1
+        return "optimizers"
+    if isinstance(obj, torch.utils.data.DataLoader):
+        return "dataloaders"
     if isinstance(obj, torch.optim.lr_scheduler.LRScheduler):
-        return 3
-    return 2
+        return "schedulers"
+    return None

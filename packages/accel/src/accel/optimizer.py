@@ -1,4 +1,9 @@
-"""``AcceleratedOptimizer``: the user's optimizer, stepping only on gradient-sync steps."""
+"""``AcceleratedOptimizer``: the user's optimizer, stepping only on gradient-sync steps.
+
+How a step is taken (loss scaling, an engine's own step) is the strategy's: the optimizer
+calls :meth:`accel_parallel.Strategy.optimizer_step` / ``zero_grad`` and never asks which
+strategy it is.
+"""
 
 from __future__ import annotations
 
@@ -24,14 +29,16 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
     """
 
     def __init__(self, optimizer: torch.optim.Optimizer, device_placement: bool = True,
-                 scaler: Any = None) -> None:
+                 scaler: Any = None, *, strategy: Any = None) -> None:
         self.optimizer = optimizer
         self.scaler = scaler
         self.gradient_state = GradientState()
         self.device_placement = device_placement
         self._is_overflow = False
         self._accelerate_step_called = False
-        self._precision: Any = None  # set by the Accelerator when its precision steps (fp16)
+        # The Accelerator's strategy: it takes the steps (precision, engines). Without one
+        # (an optimizer wrapped by hand) a ``scaler`` given here is used as in Accelerate.
+        self._strategy: Any = strategy
         # Set by the Accelerator while checkpoint I/O must finish before the next step (an
         # async save still copying this optimizer's tensors, a load still being verified).
         self._before_step: Any = None
@@ -75,7 +82,11 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
 
     # Stepping ---------------------------------------------------------------------------------
     def zero_grad(self, set_to_none: bool = True) -> None:
-        if self.gradient_state.sync_gradients:
+        if not self.gradient_state.sync_gradients:
+            return
+        if self._strategy is not None:
+            self._strategy.zero_grad(self.optimizer, set_to_none)
+        else:
             self.optimizer.zero_grad(set_to_none=set_to_none)
 
     def step(self, closure: Any = None) -> Any:
@@ -85,9 +96,8 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         self._accelerate_step_called = True
         if self._before_step is not None:
             self._before_step()
-        # -- mixed precision (accel/_precision.py): loss-scaled steps skip on inf/nan --
-        if self._precision is not None:
-            self._is_overflow = not self._precision.optimizer_step(self.optimizer, closure)
+        if self._strategy is not None:  # loss-scaled steps skip on inf/nan gradients
+            self._is_overflow = not self._strategy.optimizer_step(self.optimizer, closure)
             return None
         if self.scaler is not None:  # a GradScaler given directly, as in Accelerate
             self._is_overflow = not step_with_scaler(self.scaler, self.optimizer, closure)

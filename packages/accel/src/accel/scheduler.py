@@ -12,17 +12,20 @@ __all__ = ["AcceleratedScheduler"]
 class AcceleratedScheduler:
     """Wraps an LR scheduler so its schedule is defined over the *unsharded* dataloader.
 
-    Each process sees ``1 / num_processes`` of the batches, so one optimizer step covers
-    ``num_processes`` steps of the user's schedule: the scheduler steps that many times
+    Each data-parallel replica sees ``1 / num_processes`` of the batches, so one optimizer
+    step covers ``num_processes`` steps of the user's schedule: the scheduler steps that many times
     (once with ``split_batches``, where the batch itself was split). It does not step on
     accumulation micro-steps nor after an optimizer step skipped for overflow.
     """
 
     def __init__(self, scheduler: Any, optimizers: Any, step_with_optimizer: bool = True,
-                 split_batches: bool = False) -> None:
+                 split_batches: bool = False, *, num_processes: int | None = None) -> None:
         self.scheduler = scheduler
         self.optimizers = optimizers if isinstance(optimizers, (list, tuple)) else [optimizers]
         self.split_batches = split_batches
+        #: data-parallel replicas one optimizer step covers (the Accelerator passes its
+        #: strategy's ``dp_size``); None: every process
+        self.num_processes = num_processes
         self.step_with_optimizer = step_with_optimizer
         self.gradient_state = GradientState()
 
@@ -36,7 +39,9 @@ class AcceleratedScheduler:
             return
         if any(getattr(opt, "step_was_skipped", False) for opt in self.optimizers):
             return
-        repeats = 1 if self.split_batches else PartialState().num_processes
+        replicas = self.num_processes if self.num_processes is not None \
+            else PartialState().num_processes
+        repeats = 1 if self.split_batches else replicas
         total = getattr(self.scheduler, "total_steps", None)
         for _ in range(repeats):
             if total is not None and self.scheduler._step_count > total:

@@ -1,0 +1,63 @@
+"""Choose the strategy from the resolved configuration, by data rather than by ``if``.
+
+Every strategy registered in :data:`~accel_parallel.STRATEGIES` (entry-point group
+``accel.strategies``) says from which configuration it builds itself
+(:meth:`Strategy.accepts`); they are asked in order of :attr:`Strategy.priority`, so a new
+backend adds a registry entry, not a branch. A strategy named explicitly (``ACCEL_STRATEGY``
+or ``StrategyConfig.requested``) is built without asking.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from accel_state import ConfigurationError, env
+
+from accel_parallel.strategy import STRATEGIES, Strategy
+
+if TYPE_CHECKING:
+    from accel_precision import Precision
+    from accel_state import PartialState
+
+__all__ = ["StrategyConfig", "select_strategy"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class StrategyConfig:
+    """What a strategy is chosen and built from: the Accelerator's resolved configuration."""
+
+    #: the process state (device, ranks, whether several processes run)
+    state: PartialState
+    #: the resolved mixed precision, handed to the strategy
+    precision: Precision
+    #: kwargs handlers by kind (``"ddp"``: ``DistributedDataParallelKwargs``, ...)
+    handlers: Mapping[str, Any] = field(default_factory=dict)
+    #: parallelism plugins by kind (``"fsdp"``, ``"deepspeed"``, ``"tp"``,
+    #: ``"parallelism_config"``), absent when not given
+    plugins: Mapping[str, Any] = field(default_factory=dict)
+    #: a strategy asked for by name; default: ``ACCEL_STRATEGY``, else chosen by data
+    requested: str | None = None
+
+
+def _candidates() -> list[tuple[str, type[Strategy]]]:
+    found = STRATEGIES.load_all()
+    return sorted(found.items(), key=lambda item: (-getattr(item[1], "priority", 0), item[0]))
+
+
+def select_strategy(config: StrategyConfig) -> Strategy:
+    """The strategy for ``config``: the one requested by name, else the first (by priority)
+    whose ``accepts(config)`` is true."""
+    requested = config.requested or env.STRATEGY.get()
+    if requested:
+        return STRATEGIES.get(requested).from_config(config)
+    for _, cls in _candidates():
+        if cls.accepts(config):
+            return cls.from_config(config)
+    state = config.state
+    raise ConfigurationError(
+        f"No registered strategy accepts this configuration ({state.num_processes} process(es) "
+        f"on {state.device}, plugins {sorted(config.plugins) or 'none'}); registered: "
+        f"{', '.join(STRATEGIES.names())}. Install the package that provides one, or name one "
+        f"with {env.STRATEGY.name}=<name>.")
