@@ -29,6 +29,7 @@ from accel_state.operations import (
     _collective_device,
     _gather_one,
     _reduce_one,
+    _source_rank,
     broadcast,
     broadcast_object_list,
     chained_operation,
@@ -383,3 +384,63 @@ def test_convert_outputs_to_fp32_as_a_method_keeps_the_unwrap_chain():
     model.forward = MethodType(convert_outputs_to_fp32(model.forward.__func__), model)
     assert model(torch.ones(1, 2, dtype=torch.float16)).dtype == torch.float32
     assert model.forward.__func__.__wrapped__ is original.__func__
+
+
+# --- group= (a data-parallel subgroup under tensor parallelism) ----------------------------
+
+def _check_group_collectives(group):
+    t = torch.tensor([1.0, 3.0])
+    nested = {"a": t, "b": (torch.tensor(2.0),)}
+    assert gather(t, group=group) is t and gather(nested, group=group) is nested
+    assert gather_object([1, 2], group=group) == [1, 2]
+    assert gather_object("ab", group=group) == ["ab"]
+    assert broadcast(nested, 0, group=group) is nested
+    objects = ["x", None]
+    assert broadcast_object_list(objects, from_process=0, group=group) is objects
+    assert reduce(t, "mean", group=group).tolist() == [1.0, 3.0]
+    assert reduce(nested, "sum", scale=2.0, group=group)["b"][0].item() == 4.0
+    assert pad_across_processes(t, group=group) is t
+
+
+def test_collectives_take_a_group_on_a_real_one_process_subgroup(gloo_group, monkeypatch):
+    group = dist.new_group([0])
+    _check_group_collectives(group)
+    _check_group_collectives(dist.group.WORLD)  # the default group, passed explicitly
+    monkeypatch.setenv(env.DEBUG_MODE.name, "1")
+    _check_group_collectives(group)
+    # the kernels used with several processes, run for real on the subgroup
+    assert _gather_one(torch.tensor(5.0), 1, group).tolist() == [5.0]
+    assert _broadcast_one(torch.ones(2), 0, group).tolist() == [1.0, 1.0]
+    assert _reduce_one(torch.tensor([4]), 1, "sum", 1.0, group).tolist() == [4]
+
+
+def test_from_process_is_a_rank_within_the_group(gloo_group):
+    group = dist.new_group([0])
+    assert _source_rank(0, group) == 0 and _source_rank(7, None) == 7  # None: global, as is
+    with pytest.raises(ConfigurationError, match="from_process=1 is not a rank of group"):
+        _source_rank(1, group)
+
+
+def test_a_group_without_torch_distributed_names_the_argument_and_the_fix(tmp_path):
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0,
+                            world_size=1)
+    stale = dist.new_group([0])
+    dist.destroy_process_group()  # `stale` outlives its process group
+    t = torch.ones(2)
+    calls = [lambda: gather(t, group=stale), lambda: gather_object([1], group=stale),
+             lambda: broadcast(t, group=stale), lambda: broadcast_object_list([1], group=stale),
+             lambda: reduce(t, group=stale), lambda: pad_across_processes(t, group=stale)]
+    for call in calls:
+        with pytest.raises(ConfigurationError, match="group=.*not initialised.*init_process_group"):
+            call()
+    assert issubclass(ConfigurationError, ValueError)
+    assert gather(t) is t and reduce(t, "sum").tolist() == [1.0, 1.0]  # group=None: as before
+
+
+def test_group_is_keyword_only_so_accelerate_positional_calls_keep_their_meaning():
+    import inspect
+
+    for op in (gather, gather_object, broadcast, broadcast_object_list, reduce,
+               pad_across_processes):
+        parameter = inspect.signature(op).parameters["group"]
+        assert parameter.kind is inspect.Parameter.KEYWORD_ONLY and parameter.default is None

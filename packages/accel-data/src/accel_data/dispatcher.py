@@ -7,7 +7,9 @@ forms one *global batch* — ``num_processes`` batches of the loader, or one bat
 structure (nesting, shapes, dtypes, non-tensor leaves) with ``broadcast_object_list``,
 then the tensors packed into one flat buffer per dtype. So batches may change shape from
 step to step (variable sequence lengths), and a step costs ``1 + number of dtypes``
-collectives whatever the nesting.
+collectives whatever the nesting. With a data-parallel ``group`` the reader is the
+group's rank 0 and the batches go to the group's processes only: every group reads
+and sends its own copy of the data.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
@@ -23,9 +25,13 @@ from accel_state.operations import broadcast_object_list, ignorant_find_batch_si
 from accel_state.structures import honor_type, recursively_apply, send_to_device
 from torch.utils.data import IterableDataset
 
+from accel_data.groups import group_source, resolve_world
 from accel_data.loaders import _END, DataLoaderShard, UnsizedLoaderError
 from accel_data.samplers import SkipBatchSampler
-from accel_data.sharding import _check_split, _check_world
+from accel_data.sharding import _check_split
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
 
 __all__ = ["DataLoaderDispatcher", "slice_batch"]
 
@@ -99,20 +105,20 @@ class DataLoaderDispatcher(DataLoaderShard):
     :func:`slice_batch`). With ``even_batches`` a short final step is completed with the
     epoch's first parts (``remainder`` counts the real samples); without it, ranks with
     no data in the final step stop one batch earlier. In both modes the parts of the
-    final step may differ in size (they are not re-cut).
+    final step may differ in size (they are not re-cut). ``group``: the data-parallel
+    process group (``num_processes``/``process_index`` are then its size and rank); its
+    rank 0 reads, and every exchange stays within it.
     """
 
     def __init__(self, dataset: Any, split_batches: bool = False, skip_batches: int = 0, *,
                  even_batches: bool = True, slice_fn: Callable[..., Any] | None = None,
                  num_processes: int | None = None, process_index: int | None = None,
-                 **kwargs: Any) -> None:
+                 group: ProcessGroup | None = None, **kwargs: Any) -> None:
         super().__init__(dataset, **kwargs)
-        live = dist.is_available() and dist.is_initialized()
-        self.num_processes = num_processes if num_processes is not None else (
-            dist.get_world_size() if live else 1)
-        self.process_index = process_index if process_index is not None else (
-            dist.get_rank() if live else 0)
-        _check_world(self.num_processes, self.process_index)
+        self.num_processes, self.process_index = resolve_world(
+            num_processes, process_index, group, "DataLoaderDispatcher")
+        self.group = group
+        self._source = group_source(group)  # global rank of the reader, torch's `src`
         self.split_batches = bool(split_batches)
         self.even_batches = bool(even_batches)
         self._pads = self.even_batches
@@ -228,7 +234,7 @@ class DataLoaderDispatcher(DataLoaderShard):
 
     # -- every rank: the exchange ------------------------------------------------------------------
     def _wire_device(self) -> torch.device:
-        if dist.get_backend() == "gloo":
+        if dist.get_backend(self.group) == "gloo":
             return torch.device("cpu")
         if self.device is not None and self.device.type != "cpu":
             return self.device
@@ -244,19 +250,20 @@ class DataLoaderDispatcher(DataLoaderShard):
 
         skeletons = [None if p is None else recursively_apply(slot, p) for p in parts]
         layout = [(t.dtype, tuple(t.shape)) for t in tensors]
-        broadcast_object_list([_Step(skeletons, layout, last, remainder)], from_process=0)
+        broadcast_object_list([_Step(skeletons, layout, last, remainder)], from_process=0,
+                              group=self.group)
         device = self._wire_device()
         for dtype in dict.fromkeys(t.dtype for t in tensors):
             flat = [t.reshape(-1) for t in tensors if t.dtype == dtype]
             buffer = torch.cat(flat).to(device).view(_wire_dtype(dtype))
             if buffer.numel():
-                dist.broadcast(buffer, src=0)
+                dist.broadcast(buffer, src=self._source, group=self.group)
         return parts[0]
 
     def _receive(self) -> tuple[Any, _Step | None]:
         """Other ranks: one step's meta and this rank's part (``None`` if it has none)."""
         box: list[Any] = [None]
-        broadcast_object_list(box, from_process=0)
+        broadcast_object_list(box, from_process=0, group=self.group)
         step = box[0]
         if step is None:
             return None, None
@@ -267,7 +274,7 @@ class DataLoaderDispatcher(DataLoaderShard):
             sizes = [int(torch.Size(shape).numel()) for _, shape in members]
             buffer = torch.empty(sum(sizes), dtype=_wire_dtype(dtype), device=device)
             if buffer.numel():
-                dist.broadcast(buffer, src=0)
+                dist.broadcast(buffer, src=self._source, group=self.group)
             buffer = buffer.view(dtype)
             for (index, shape), chunk in zip(members, buffer.split(sizes)):
                 views[index] = chunk.view(shape)
@@ -288,7 +295,7 @@ class DataLoaderDispatcher(DataLoaderShard):
                 yield self._send(parts, last, remainder), last, remainder
                 if last:
                     return
-            broadcast_object_list([None], from_process=0)  # an empty epoch
+            broadcast_object_list([None], from_process=0, group=self.group)  # an empty epoch
             return
         while True:
             part, step = self._receive()

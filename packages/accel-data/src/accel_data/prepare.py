@@ -1,8 +1,9 @@
 """``prepare_data_loader``: rebuild a user's DataLoader as this rank's ``DataLoaderShard``.
 
 Usable without an ``Accelerator``: the caller names the world (or it is read from an
-initialised ``torch.distributed``). The user's loader is never modified; its dataset,
-collate function, worker settings and generator are reused as they are.
+initialised ``torch.distributed``, or from a data-parallel process group, see
+:mod:`accel_data.groups`). The user's loader is never modified; its dataset, collate
+function, worker settings and generator are reused as they are.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import copy
 import inspect
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
@@ -18,9 +19,13 @@ from accel_state.errors import ConfigurationError
 from accel_state.operations import broadcast_object_list
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler, Sampler
 
+from accel_data.groups import resolve_world
 from accel_data.loaders import DataLoaderShard
 from accel_data.samplers import SeedableRandomSampler, draw_seed
-from accel_data.sharding import BatchSamplerShard, IterableDatasetShard, _check_world
+from accel_data.sharding import BatchSamplerShard, IterableDatasetShard
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
 
 __all__ = ["prepare_data_loader"]
 
@@ -45,36 +50,36 @@ class _ItemShardSampler(Sampler[int]):
         return len(self.batch_sampler)
 
 
-def _world(num_processes: int | None, process_index: int | None) -> tuple[int, int]:
-    """Fill what the caller left out from torch.distributed (or a single process)."""
-    live = dist.is_available() and dist.is_initialized()
-    if num_processes is None:
-        num_processes = dist.get_world_size() if live else 1
-    if process_index is None:
-        process_index = dist.get_rank() if live else 0
-    _check_world(num_processes, process_index)
-    return num_processes, process_index
-
-
 def _carried_kwargs(dataloader: DataLoader) -> dict[str, Any]:
     return {key: getattr(dataloader, key) for key in _CARRIED
             if key in _ACCEPTED and hasattr(dataloader, key)}
 
 
-def _shared_seed(data_seed: int | None, sampler: RandomSampler, num_processes: int) -> int:
+def _world_seed(seed: int) -> int:
+    """Global rank 0's ``seed``, on every process of the world."""
+    box = [seed]
+    broadcast_object_list(box, from_process=0)
+    return int(box[0])
+
+
+def _shared_seed(data_seed: int | None, sampler: RandomSampler, num_processes: int,
+                 group: ProcessGroup | None) -> int:
     """The shuffle seed: ``data_seed``; else, in one process, the user generator's seed or
     one draw from the global RNG (so ``torch.manual_seed`` before preparing fixes it);
-    else, with several processes, rank 0's seed broadcast to every rank."""
+    else, with several processes, rank 0's seed broadcast to every rank.
+
+    With a data-parallel ``group`` the seed is global rank 0's, broadcast over the whole
+    world, not the group: the processes of *other* groups with the same data-parallel
+    rank (tensor-parallel peers) must draw the very same batches."""
     if data_seed is not None:
         return int(data_seed)
     generator = sampler.generator
     if num_processes == 1:
-        return generator.initial_seed() if generator is not None else draw_seed()
+        seed = generator.initial_seed() if generator is not None else draw_seed()
+        return seed if group is None else _world_seed(seed)
     seed = generator.initial_seed() if generator is not None else torch.initial_seed()
     if dist.is_available() and dist.is_initialized():
-        box = [seed]
-        broadcast_object_list(box, from_process=0)
-        return int(box[0])
+        return _world_seed(seed)
     if num_processes > 1 and generator is None:
         raise ConfigurationError(
             f"Shuffling across num_processes={num_processes} needs the same seed on every rank, "
@@ -89,7 +94,8 @@ def _is_plain(sampler: RandomSampler) -> bool:
     return not sampler.replacement and getattr(sampler, "_num_samples", None) is None
 
 
-def _seedable(sampler: Any, data_seed: int | None, num_processes: int, reseed: bool) -> Any:
+def _seedable(sampler: Any, data_seed: int | None, num_processes: int, reseed: bool,
+              group: ProcessGroup | None) -> Any:
     """A ``RandomSampler`` as a ``SeedableRandomSampler`` seeded alike on all ranks: always
     when it is plain (exact resume), otherwise when ``reseed`` (sharding, or asked for)."""
     if type(sampler) is not RandomSampler or not (reseed or _is_plain(sampler)):
@@ -97,14 +103,14 @@ def _seedable(sampler: Any, data_seed: int | None, num_processes: int, reseed: b
     return SeedableRandomSampler(
         sampler.data_source, replacement=sampler.replacement,
         num_samples=getattr(sampler, "_num_samples", None), generator=sampler.generator,
-        data_seed=_shared_seed(data_seed, sampler, num_processes))
+        data_seed=_shared_seed(data_seed, sampler, num_processes, group))
 
 
 def _with_index_sampler(batch_sampler: Any, data_seed: int | None, num_processes: int,
-                        reseed: bool) -> Any:
+                        reseed: bool, group: ProcessGroup | None) -> Any:
     """``batch_sampler`` with its index sampler made seedable (a copy; the user's is untouched)."""
     inner = getattr(batch_sampler, "sampler", None)
-    replaced = _seedable(inner, data_seed, num_processes, reseed)
+    replaced = _seedable(inner, data_seed, num_processes, reseed, group)
     if replaced is inner:
         return batch_sampler
     if type(batch_sampler) is BatchSampler:
@@ -138,10 +144,12 @@ def _prepare_iterable(dataloader: DataLoader, num_processes: int, process_index:
 
 def _prepare_map(dataloader: DataLoader, num_processes: int, process_index: int,
                  split_batches: bool, even_batches: bool, reseed: bool,
-                 data_seed: int | None, kwargs: dict[str, Any]) -> dict[str, Any]:
+                 data_seed: int | None, kwargs: dict[str, Any],
+                 group: ProcessGroup | None) -> dict[str, Any]:
     """Keyword arguments of the shard loader for a map-style dataset."""
     def shard(batch_sampler: Any) -> Any:
-        batch_sampler = _with_index_sampler(batch_sampler, data_seed, num_processes, reseed)
+        batch_sampler = _with_index_sampler(batch_sampler, data_seed, num_processes, reseed,
+                                            group)
         if num_processes == 1:
             return batch_sampler
         return BatchSamplerShard(batch_sampler, num_processes, process_index, split_batches,
@@ -152,7 +160,7 @@ def _prepare_map(dataloader: DataLoader, num_processes: int, process_index: int,
         return dict(kwargs, batch_sampler=shard(dataloader.batch_sampler))
     if isinstance(dataloader.sampler, BatchSampler):  # batches built by the sampler itself
         return dict(kwargs, sampler=shard(dataloader.sampler), batch_size=None)
-    sampler = _seedable(dataloader.sampler, data_seed, num_processes, reseed)
+    sampler = _seedable(dataloader.sampler, data_seed, num_processes, reseed, group)
     if num_processes > 1:
         if split_batches:
             raise ConfigurationError(
@@ -164,7 +172,8 @@ def _prepare_map(dataloader: DataLoader, num_processes: int, process_index: int,
 
 
 def _dispatch_kwargs(dataloader: DataLoader, num_processes: int, split_batches: bool,
-                     reseed: bool, data_seed: int | None, kwargs: dict[str, Any]) -> dict[str, Any]:
+                     reseed: bool, data_seed: int | None, kwargs: dict[str, Any],
+                     group: ProcessGroup | None) -> dict[str, Any]:
     """Keyword arguments of a ``DataLoaderDispatcher``: the user's loader, rebuilt as is."""
     if split_batches and dataloader.batch_size is None:
         raise ConfigurationError(
@@ -175,9 +184,9 @@ def _dispatch_kwargs(dataloader: DataLoader, num_processes: int, split_batches: 
         return dict(kwargs, batch_size=dataloader.batch_size, drop_last=dataloader.drop_last)
     if dataloader.batch_sampler is not None:
         batch_sampler = _with_index_sampler(dataloader.batch_sampler, data_seed, num_processes,
-                                            reseed)
+                                            reseed, group)
         return dict(kwargs, batch_sampler=batch_sampler)
-    sampler = _seedable(dataloader.sampler, data_seed, num_processes, reseed)
+    sampler = _seedable(dataloader.sampler, data_seed, num_processes, reseed, group)
     return dict(kwargs, sampler=sampler, batch_size=None)
 
 
@@ -199,8 +208,8 @@ def prepare_data_loader(dataloader: DataLoader, device: torch.device | str | Non
                         dispatch_batches: bool | None = None, even_batches: bool = True,
                         slice_fn_for_dispatch: Callable[..., Any] | None = None,
                         use_seedable_sampler: bool = False, data_seed: int | None = None,
-                        non_blocking: bool = False,
-                        use_stateful_dataloader: bool = False) -> DataLoaderShard:
+                        non_blocking: bool = False, use_stateful_dataloader: bool = False,
+                        group: ProcessGroup | None = None) -> DataLoaderShard:
     """Return a ``DataLoaderShard`` that iterates this rank's part of ``dataloader``.
 
     ``num_processes``/``process_index`` default to torch.distributed's world size/rank when
@@ -216,6 +225,13 @@ def prepare_data_loader(dataloader: DataLoader, device: torch.device | str | Non
     ``num_samples``) are replaced with several processes or ``use_seedable_sampler``/
     ``data_seed``. ``put_on_device=True`` moves each batch to ``device``.
 
+    ``group``: the data-parallel process group when it is smaller than the world (tensor
+    parallelism): ``num_processes``/``process_index`` are then its size and this
+    process's rank in it (read from it when None), the dispatcher reads on the group's
+    rank 0 and sends within the group, and the shuffle seed is global rank 0's for every
+    group, so the processes of different groups with the same rank get the same batches.
+    Every process of the world must then prepare the loader (the seed is shared once).
+
     Arguments after ``put_on_device`` are keyword-only: Accelerate's positional order
     continues with ``rng_types`` and ``dispatch_batches``, which a positional call must not
     silently bind to other parameters.
@@ -228,7 +244,8 @@ def prepare_data_loader(dataloader: DataLoader, device: torch.device | str | Non
         raise ConfigurationError(
             "put_on_device=True needs a target device, but device=None; pass device= "
             "(e.g. torch.device('cuda', local_rank)) or put_on_device=False.")
-    num_processes, process_index = _world(num_processes, process_index)
+    num_processes, process_index = resolve_world(num_processes, process_index, group,
+                                                 "prepare_data_loader")
     _check_batch_sampler(dataloader, split_batches, num_processes)
     iterable = isinstance(dataloader.dataset, IterableDataset)
     if dispatch_batches is None:
@@ -238,7 +255,7 @@ def prepare_data_loader(dataloader: DataLoader, device: torch.device | str | Non
             "use_stateful_dataloader=True cannot be combined with dispatch_batches=True: only "
             "rank 0 would hold the loader's state. Use one of the two.")
     kwargs = _carried_kwargs(dataloader)
-    reseed = not iterable and (num_processes > 1 or use_seedable_sampler
+    reseed = not iterable and (num_processes > 1 or group is not None or use_seedable_sampler
                                or data_seed is not None)
     common = {"device": device if put_on_device else None, "non_blocking": non_blocking,
               "loader_seed": data_seed}
@@ -246,17 +263,17 @@ def prepare_data_loader(dataloader: DataLoader, device: torch.device | str | Non
         from accel_data.dispatcher import DataLoaderDispatcher
 
         kwargs = _dispatch_kwargs(dataloader, num_processes, split_batches, reseed, data_seed,
-                                  kwargs)
+                                  kwargs, group)
         return DataLoaderDispatcher(
             kwargs.pop("dataset"), split_batches=split_batches, even_batches=even_batches,
             slice_fn=slice_fn_for_dispatch, num_processes=num_processes,
-            process_index=process_index, **common, **kwargs)
+            process_index=process_index, group=group, **common, **kwargs)
     if iterable:
         kwargs = _prepare_iterable(dataloader, num_processes, process_index, split_batches,
                                    even_batches, kwargs)
     else:
         kwargs = _prepare_map(dataloader, num_processes, process_index, split_batches,
-                              even_batches, reseed, data_seed, kwargs)
+                              even_batches, reseed, data_seed, kwargs, group)
     cls: type[DataLoaderShard] = DataLoaderShard
     if use_stateful_dataloader:
         from accel_data.stateful import stateful_class

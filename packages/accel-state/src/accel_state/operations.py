@@ -3,8 +3,12 @@
 Names and behaviour follow ``accelerate.utils.operations``. The world is read from
 ``torch.distributed`` directly (no state object needed): without an initialised
 process group, or with a world of one process, every collective is the identity for
-that one process. The pure structure helpers live in :mod:`accel_state.structures`
-and are re-exported here, so ``accel_state.operations`` is the one import path.
+that one process. The collectives also take a keyword-only ``group=`` (a
+``torch.distributed.ProcessGroup``; ``None``: the default group): under tensor
+parallelism the data-parallel world is a subgroup of the processes, and gathering
+metrics or sharing data must stay inside it. The pure structure helpers live in
+:mod:`accel_state.structures` and are re-exported here, so ``accel_state.operations`` is
+the one import path.
 
 Debug mode (``ACCEL_DEBUG_MODE=1`` / ``ACCELERATE_DEBUG_MODE=1``): before a verified
 collective, every rank shares the shapes of its inputs; on a mismatch *every* rank
@@ -19,7 +23,7 @@ import functools
 import sys
 import warnings
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 
@@ -67,16 +71,52 @@ __all__ = [
     "copy_tensor_to_devices", "GatheredParameters",
 ]
 
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
+
 _F = TypeVar("_F", bound=Callable[..., Any])
 _REDUCTIONS = ("mean", "sum", "none")
 
 
-def _world_size() -> int:
-    """Processes in the default group; 1 when torch.distributed is absent or not initialised."""
+def _world_size(group: ProcessGroup | None = None) -> int:
+    """Processes in ``group`` (``None``: the default group); 1 when torch.distributed is
+    absent or not initialised. A ``group`` then is an error: it cannot be a real group."""
     dist = torch.distributed
     if dist.is_available() and dist.is_initialized():
-        return dist.get_world_size()
+        if group is None:
+            return dist.get_world_size()
+        return _group_size(group)
+    if group is not None:
+        raise ConfigurationError(
+            f"group={group!r} was passed to a collective, but torch.distributed is not "
+            "initialised, so no process group can exist; initialise it first "
+            "(torch.distributed.init_process_group or PartialState()) or pass group=None.")
     return 1
+
+
+def _group_size(group: ProcessGroup) -> int:
+    """Size of an explicit group; torch reports -1 (and would skip every collective
+    silently) for a group this process is not a member of, which is always a mistake."""
+    size = torch.distributed.get_world_size(group)
+    if size < 1:
+        raise ConfigurationError(
+            f"group={group!r}: this process (global rank {torch.distributed.get_rank()}) is not "
+            "a member of that process group; pass the group this process belongs to.")
+    return size
+
+
+def _source_rank(from_process: int, group: ProcessGroup | None) -> int:
+    """The global rank torch needs for ``src``: ``from_process`` itself without a group,
+    else the global rank of the group's rank ``from_process``."""
+    if group is None:
+        return from_process
+    try:
+        return torch.distributed.get_global_rank(group, from_process)
+    except ValueError as error:
+        raise ConfigurationError(
+            f"from_process={from_process!r} is not a rank of group={group!r} (of size "
+            f"{torch.distributed.get_world_size(group)}); with group= it is the rank within "
+            "the group, e.g. 0 for the group's first process.") from error
 
 
 def _collective_device() -> torch.device:
@@ -130,18 +170,20 @@ def _check_devices(operation: str, data: Any) -> str | None:
 def verify_operation(function: _F) -> _F:
     """Decorator: in debug mode, compare input shapes across ranks before ``function`` runs.
 
-    The first argument (or ``tensor=``) is checked. Every rank takes part in the check
-    and every rank raises on a mismatch, so nothing is left waiting in a collective.
+    The first argument (or ``tensor=``) is checked. Every rank of the operation's
+    ``group=`` (the default group without one) takes part in the check and every rank
+    raises on a mismatch, so nothing is left waiting in a collective.
     """
 
     @functools.wraps(function)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if _world_size() == 1 or not env.DEBUG_MODE.get_bool(False):
+        group = kwargs.get("group")
+        if _world_size(group) == 1 or not env.DEBUG_MODE.get_bool(False):
             return function(*args, **kwargs)
         operation = f"{function.__module__}.{function.__name__}"
         data = _first_tensor_argument(args, kwargs)
         report = {"shapes": get_shape(data), "device": _check_devices(operation, data)}
-        reports = gather_object([report])
+        reports = gather_object([report], group=group)
         problems = [f"Process {i}: {r['device']}" for i, r in enumerate(reports) if r["device"]]
         if problems:
             raise DistributedOperationException(
@@ -177,76 +219,94 @@ def chained_operation(function: _F) -> _F:
 
 # --- collectives ---------------------------------------------------------------------------
 
-def _gather_one(tensor: torch.Tensor, world: int) -> torch.Tensor:
+def _gather_one(tensor: torch.Tensor, world: int,
+                group: ProcessGroup | None = None) -> torch.Tensor:
     if tensor.ndim == 0:
         tensor = tensor.clone()[None]
     if not tensor.is_contiguous():
         tensor = tensor.contiguous()
     if tensor.device.type == "cpu":
         parts = [torch.empty_like(tensor) for _ in range(world)]
-        torch.distributed.all_gather(parts, tensor)
+        torch.distributed.all_gather(parts, tensor, group=group)
         return torch.cat(parts, dim=0)
     out = torch.empty((world * tensor.shape[0], *tensor.shape[1:]), dtype=tensor.dtype,
                       device=tensor.device)
-    torch.distributed.all_gather_into_tensor(out, tensor)
+    torch.distributed.all_gather_into_tensor(out, tensor, group=group)
     return out
 
 
 @verify_operation
-def gather(tensor: Any) -> Any:
+def gather(tensor: Any, *, group: ProcessGroup | None = None) -> Any:
     """All-gather every tensor of a nested structure, concatenated along dim 0 in rank order.
 
     0-d tensors become 1-d (one value per process). All ranks must pass the same shapes.
+    ``group``: gather among its processes only (in group-rank order); ``None``: all.
     """
-    world = _world_size()
+    world = _world_size(group)
     if world == 1:
         return tensor
-    return recursively_apply(_gather_one, tensor, world, error_on_other_type=True)
+    return recursively_apply(_gather_one, tensor, world, group, error_on_other_type=True)
 
 
-def gather_object(object: Any) -> list[Any]:  # noqa: A002 - Accelerate's argument name
+def gather_object(object: Any, *,  # noqa: A002 - Accelerate's argument name
+                  group: ProcessGroup | None = None) -> list[Any]:
     """All-gather picklable objects; a list on every rank, in rank order.
 
     When every rank passes a list (or tuple) the result is their concatenation, as in
     Accelerate (``gather_object([x])`` -> one item per rank); otherwise it is the list
-    of the per-rank objects.
+    of the per-rank objects. ``group``: among its processes only; ``None``: all.
     """
-    world = _world_size()
+    world = _world_size(group)
     if world == 1:
         if isinstance(object, list):
             return object
         return list(object) if isinstance(object, tuple) else [object]
     gathered: list[Any] = [None] * world
-    torch.distributed.all_gather_object(gathered, object)
+    torch.distributed.all_gather_object(gathered, object, group=group)
     if all(isinstance(item, (list, tuple)) for item in gathered):
         return [x for item in gathered for x in item]
     return gathered
 
 
-def _broadcast_one(tensor: torch.Tensor, src: int) -> torch.Tensor:
-    torch.distributed.broadcast(tensor, src=src)
+def _broadcast_one(tensor: torch.Tensor, src: int,
+                   group: ProcessGroup | None = None) -> torch.Tensor:
+    torch.distributed.broadcast(tensor, src=src, group=group)
     return tensor
 
 
 @verify_operation
-def broadcast(tensor: Any, from_process: int = 0) -> Any:
-    """Overwrite every tensor of a nested structure (in place) with ``from_process``'s values."""
-    if _world_size() == 1:
+def broadcast(tensor: Any, from_process: int = 0, *,
+              group: ProcessGroup | None = None) -> Any:
+    """Overwrite every tensor of a nested structure (in place) with ``from_process``'s values.
+
+    Without ``group`` ``from_process`` is a global rank (as in torch and Accelerate); with
+    one it is the rank *within* ``group`` (0: the group's first process), converted with
+    ``torch.distributed.get_global_rank``, so the same call works in every group.
+    """
+    if _world_size(group) == 1:
         return tensor
-    return recursively_apply(_broadcast_one, tensor, error_on_other_type=True, src=from_process)
+    return recursively_apply(_broadcast_one, tensor, error_on_other_type=True,
+                             src=_source_rank(from_process, group), group=group)
 
 
-def broadcast_object_list(object_list: list[Any], from_process: int = 0) -> list[Any]:
-    """Replace the items of ``object_list`` (in place) with those of ``from_process``."""
-    if _world_size() > 1:
-        torch.distributed.broadcast_object_list(object_list, src=from_process)
+def broadcast_object_list(object_list: list[Any], from_process: int = 0, *,
+                          group: ProcessGroup | None = None) -> list[Any]:
+    """Replace the items of ``object_list`` (in place) with those of ``from_process``.
+
+    ``from_process`` is a global rank without ``group`` and the rank within ``group``
+    with one, as in :func:`broadcast`.
+    """
+    if _world_size(group) > 1:
+        torch.distributed.broadcast_object_list(
+            object_list, src=_source_rank(from_process, group), group=group)
     return object_list
 
 
-def _reduce_one(tensor: torch.Tensor, world: int, reduction: str, scale: float) -> torch.Tensor:
+def _reduce_one(tensor: torch.Tensor, world: int, reduction: str, scale: float,
+                group: ProcessGroup | None = None) -> torch.Tensor:
     result = tensor.clone()
     if world > 1:
-        torch.distributed.all_reduce(result, torch.distributed.ReduceOp.SUM)
+        torch.distributed.all_reduce(result, torch.distributed.ReduceOp.SUM, group=group)
     if reduction == "mean":
         result = result / world  # out of place: an integer mean comes back as float
     if scale != 1.0:
@@ -255,18 +315,20 @@ def _reduce_one(tensor: torch.Tensor, world: int, reduction: str, scale: float) 
 
 
 @verify_operation
-def reduce(tensor: Any, reduction: str = "mean", scale: float = 1.0) -> Any:
+def reduce(tensor: Any, reduction: str = "mean", scale: float = 1.0, *,
+           group: ProcessGroup | None = None) -> Any:
     """All-reduce every tensor of a nested structure; inputs are not modified.
 
     ``"sum"`` sums across ranks, ``"mean"`` divides that sum by the world size, and
     ``"none"`` (as in Accelerate) also returns the sum without dividing. The result is
-    then multiplied by ``scale`` (Accelerate applies ``scale`` only on XLA).
+    then multiplied by ``scale`` (Accelerate applies ``scale`` only on XLA). ``group``:
+    reduce among its processes only (the mean divides by its size); ``None``: all.
     """
     if reduction not in _REDUCTIONS:
         raise ConfigurationError(
             f"Unknown reduction {reduction!r}: use one of {', '.join(map(repr, _REDUCTIONS))}.")
-    return recursively_apply(_reduce_one, tensor, _world_size(), error_on_other_type=True,
-                             reduction=reduction, scale=scale)
+    return recursively_apply(_reduce_one, tensor, _world_size(group), error_on_other_type=True,
+                             reduction=reduction, scale=scale, group=group)
 
 
 def _pad_plan(tensor: torch.Tensor, dim: int) -> tuple[int, int]:
@@ -292,8 +354,10 @@ def _pad_one(tensor: torch.Tensor, dim: int, target: int, pad_index: Any,
 
 @chained_operation
 def pad_across_processes(tensor: Any, dim: int = 0, pad_index: Any = 0,
-                         pad_first: bool = False) -> Any:
+                         pad_first: bool = False, *, group: ProcessGroup | None = None) -> Any:
     """Pad every tensor along ``dim`` to the largest size any rank has, so it can be gathered.
+
+    ``group``: the largest size among its processes (those that will gather); ``None``: all.
 
     One collective for the whole structure. Nested tensors are returned unchanged
     (with :class:`CannotPadNestedTensorWarning`), as are tensors that have no
@@ -306,12 +370,12 @@ def pad_across_processes(tensor: Any, dim: int = 0, pad_index: Any = 0,
         warnings.warn("Cannot pad a nested tensor across processes: it has no single size "
                       "along a dimension. It is returned unchanged.",
                       CannotPadNestedTensorWarning, stacklevel=3)
-    world = _world_size()
+    world = _world_size(group)
     if world == 1:
         return tensor
     device = leaves[0].device if leaves else _collective_device()
     local = torch.tensor(plans, dtype=torch.int64, device=device).reshape(-1, 2)
-    every = gather(local).reshape(world, -1, 2).cpu()
+    every = gather(local, group=group).reshape(world, -1, 2).cpu()
     ndims = every[:, :, 0]
     mismatched = (ndims != ndims[0]).any(dim=0).nonzero().flatten().tolist()
     if mismatched:

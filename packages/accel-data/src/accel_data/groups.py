@@ -1,0 +1,81 @@
+"""The data-parallel world a prepared loader shards over: every process, or a process group.
+
+Under tensor parallelism (or any strategy whose data-parallel world is smaller than the
+process world) the processes that must see the same batches form one data-parallel
+rank, and the ranks that share out the data form a ``torch.distributed`` process group.
+The loaders then take ``num_processes``/``process_index`` from that group and keep the
+data traffic (the dispatcher's batches, ``gather_for_metrics``) inside it; these helpers
+read and check that world in one place.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch.distributed as dist
+from accel_state.errors import ConfigurationError
+
+from accel_data.sharding import _check_world
+
+if TYPE_CHECKING:
+    from torch.distributed import ProcessGroup
+
+__all__ = ["group_size", "group_source", "resolve_world"]
+
+
+def _live() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
+def group_size(group: ProcessGroup | None, owner: str) -> int:
+    """Processes in ``group`` (``None``: the whole world; 1 without torch.distributed).
+
+    A group needs an initialised torch.distributed and this process as a member: torch
+    would otherwise skip every collective on it silently (size -1).
+    """
+    if group is None:
+        return dist.get_world_size() if _live() else 1
+    if not _live():
+        raise ConfigurationError(
+            f"{owner} got group={group!r}, but torch.distributed is not initialised, so no "
+            "process group can exist; initialise it first (torch.distributed."
+            "init_process_group or PartialState()) or pass group=None.")
+    size = dist.get_world_size(group)
+    if size < 1:
+        raise ConfigurationError(
+            f"{owner} got group={group!r}, but this process (global rank {dist.get_rank()}) "
+            "is not a member of it; pass the data-parallel group this process belongs to.")
+    return size
+
+
+def resolve_world(num_processes: int | None, process_index: int | None,
+                  group: ProcessGroup | None, owner: str) -> tuple[int, int]:
+    """``(num_processes, process_index)`` with what the caller left out filled in.
+
+    Without ``group`` they come from torch.distributed's world (or one process). With
+    one they come from the group, and given values must match it: a dispatcher sending
+    ``num_processes`` parts to a group of another size would wait forever.
+    """
+    if group is None:
+        live = _live()
+        num = num_processes if num_processes is not None else (
+            dist.get_world_size() if live else 1)
+        index = process_index if process_index is not None else (dist.get_rank() if live else 0)
+        _check_world(num, index)
+        return num, index
+    size = group_size(group, owner)
+    rank = dist.get_rank(group)
+    num = size if num_processes is None else num_processes
+    index = rank if process_index is None else process_index
+    _check_world(num, index)
+    if (num, index) != (size, rank):
+        raise ConfigurationError(
+            f"{owner} got num_processes={num}, process_index={index}, but group={group!r} has "
+            f"{size} processes and this one is its rank {rank}; leave num_processes and "
+            "process_index as None (read from the group) or pass the group's own values.")
+    return num, index
+
+
+def group_source(group: ProcessGroup | None) -> int:
+    """Global rank of the group's rank 0 (torch's ``src`` is global); 0 without a group."""
+    return 0 if group is None else dist.get_global_rank(group, 0)
