@@ -120,7 +120,8 @@ class DDPStrategy(Strategy):
 
     @classmethod
     def from_config(cls, config: StrategyConfig) -> DDPStrategy:
-        return cls(config.state, precision=config.precision, ddp_kwargs=config.handlers.get("ddp"))
+        return cls(config.state, precision=config.precision,
+                   ddp_kwargs=config.handlers.get("ddp"))
 
     def prepare_model(self, model: torch.nn.Module, *, device_placement: bool = True,
                       evaluation_mode: bool = False) -> torch.nn.Module:

@@ -20,7 +20,7 @@ def parameter_moves(before: list[dict[str, torch.nn.Parameter]],
     """``id(old parameter) -> new parameter`` for every parameter a model's preparation
     replaced (same name, other object); empty when none was (the usual case)."""
     moves: dict[int, torch.nn.Parameter] = {}
-    for old_named, new_named in zip(before, after):
+    for old_named, new_named in zip(before, after, strict=True):
         for name, old in old_named.items():
             new = new_named.get(name)
             if new is not None and new is not old:

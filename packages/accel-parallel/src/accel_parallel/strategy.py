@@ -138,7 +138,7 @@ class Strategy:
         placements = request.device_placement or [True] * len(request.models)
         models = [self.prepare_model(m, device_placement=p,
                                      evaluation_mode=request.evaluation_mode)
-                  for m, p in zip(request.models, placements)]
+                  for m, p in zip(request.models, placements, strict=True)]
         moves = parameter_moves(before, [dict(self.unwrap_model(m, keep_torch_compile=False)
                                               .named_parameters()) for m in models])
         optimizers = [self.prepare_optimizer(rebind_optimizer(o, moves) if moves else o)

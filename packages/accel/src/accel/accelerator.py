@@ -25,8 +25,8 @@ from accel_state import (
     reduce,
 )
 
+from accel import _tracking
 from accel import checkpointing as _ckpt
-from accel import tracking as _tracking
 from accel._data import UNSET as _UNSET
 from accel._data import DataMixin, resolve_dataloader_config
 from accel._precision import PrecisionMixin
@@ -89,7 +89,7 @@ class Accelerator(PrecisionMixin, DataMixin, _ckpt.CheckpointingMixin, _tracking
         self.step = 0
         # checkpoints (accel/checkpointing.py): ProjectConfiguration, save/load hooks
         _ckpt.init_checkpointing(self, project_dir, project_config)
-        # experiment tracking (accel/tracking.py)
+        # experiment tracking (accel/_tracking.py)
         _tracking.setup_tracking(self, log_with)
         # end_training(): wait for async checkpoint writes, then finish the trackers' runs
         self._end_training_hooks: list[Callable[[], None]] = [
@@ -185,15 +185,16 @@ class Accelerator(PrecisionMixin, DataMixin, _ckpt.CheckpointingMixin, _tracking
                                  device_placement=[placement[i] for i in kinds["models"]],
                                  evaluation_mode=evaluation_mode)
         prepared = self._strategy.prepare(request)
+        _check_prepared(self._strategy, request, prepared)
         result = list(objects)
-        for i, model in zip(kinds["models"], prepared.models):
+        for i, model in zip(kinds["models"], prepared.models, strict=True):
             result[i] = self._adopt_model(model)
-        for i, optimizer in zip(kinds["optimizers"], prepared.optimizers):
+        for i, optimizer in zip(kinds["optimizers"], prepared.optimizers, strict=True):
             result[i] = self._adopt_optimizer(optimizer, placement[i])
-        for i, loader in zip(kinds["dataloaders"], prepared.dataloaders):
+        for i, loader in zip(kinds["dataloaders"], prepared.dataloaders, strict=True):
             result[i] = self._shard_loader(loader, placement[i], slice_fn_for_dispatch)
             self._dataloaders.append(result[i])
-        for i, scheduler in zip(kinds["schedulers"], prepared.schedulers):
+        for i, scheduler in zip(kinds["schedulers"], prepared.schedulers, strict=True):
             result[i] = self._adopt_scheduler(scheduler)
         return result
 
@@ -347,6 +348,16 @@ class Accelerator(PrecisionMixin, DataMixin, _ckpt.CheckpointingMixin, _tracking
 
 #: The kinds of objects ``prepare`` hands to the strategy (``PrepareRequest`` fields).
 _KINDS = ("models", "optimizers", "schedulers", "dataloaders")
+
+
+def _check_prepared(strategy: Strategy, request: PrepareRequest, prepared: Any) -> None:
+    """A strategy returns one prepared object per object it was given, kind by kind."""
+    for kind in _KINDS:
+        given, got = len(getattr(request, kind)), len(getattr(prepared, kind, ()))
+        if given != got:
+            raise TypeError(
+                f"{type(strategy).__name__}.prepare returned {got} {kind} for the {given} it "
+                "was given; a strategy returns one prepared object per object, in order.")
 
 
 def _kind_of(obj: Any) -> str | None:

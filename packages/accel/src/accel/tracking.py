@@ -1,17 +1,11 @@
-"""Accelerate's ``accelerate.tracking`` path, and the tracking half of the ``Accelerator``.
+"""Accelerate's ``accelerate.tracking`` module path: re-exports only.
 
-The names are the very objects of accel-tracking. :class:`TrackingMixin` holds the
-Accelerator's ``trackers`` / ``init_trackers`` / ``log`` / ``get_tracker``, like the
-mixins of the other concerns, so ``accelerator.py`` stays thin.
+The trackers and their registry are accel-tracking's; the Accelerator's tracking methods
+(:class:`TrackingMixin`) live in ``accel._tracking``.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
-
-from accel_state.errors import ConfigurationError
 from accel_tracking import (
     TRACKERS,
     AimTracker,
@@ -27,94 +21,18 @@ from accel_tracking import (
     TrackerGroup,
     TrackioTracker,
     WandBTracker,
-    build_trackers,
     filter_trackers,
     get_available_trackers,
     on_main_process,
     register_tracker_class,
 )
 
-if TYPE_CHECKING:
-    from accel.accelerator import Accelerator
+from accel._tracking import LOGGER_TYPE_TO_CLASS, TrackingMixin
 
 __all__ = [
-    "TrackingMixin", "GeneralTracker", "on_main_process", "filter_trackers", "get_available_trackers",
-    "register_tracker_class", "LoggerType", "TRACKERS", "LOGGER_TYPE_TO_CLASS",
+    "TrackingMixin", "GeneralTracker", "on_main_process", "filter_trackers",
+    "get_available_trackers", "register_tracker_class", "LoggerType", "TRACKERS", "LOGGER_TYPE_TO_CLASS",
     "TensorBoardTracker", "WandBTracker", "MLflowTracker", "CometMLTracker", "AimTracker",
     "ClearMLTracker", "DVCLiveTracker", "SwanLabTracker", "TrackioTracker",
-    "TrackerFailureWarning",
+    "TrackerFailureWarning", "TrackerGroup",
 ]
-
-#: Accelerate's name -> built-in tracker class table.
-LOGGER_TYPE_TO_CLASS: dict[str, type[GeneralTracker]] = {
-    cls.name: cls for cls in (AimTracker, CometMLTracker, TensorBoardTracker, WandBTracker,
-                              ClearMLTracker, MLflowTracker, DVCLiveTracker, SwanLabTracker,
-                              TrackioTracker)
-}
-
-
-def logging_dir_of(accelerator: Accelerator) -> str | os.PathLike[str] | None:
-    """The logging directory from the project configuration (None when no project dir is set)."""
-    return getattr(accelerator, "logging_dir", None)
-
-
-def setup_tracking(accelerator: Accelerator, log_with: Any) -> None:
-    """Validate ``log_with`` at construction (unknown names and missing SDKs fail early)."""
-    accelerator.log_with = filter_trackers(log_with, logging_dir_of(accelerator))
-    accelerator._tracker_group = _group(accelerator, [], strict=None)
-
-
-def _group(accelerator: Accelerator, trackers: list[GeneralTracker],
-           strict: bool | None) -> TrackerGroup:
-    return TrackerGroup(trackers, strict=strict,
-                        is_main_process=lambda: accelerator.is_main_process)
-
-
-def init_trackers(accelerator: Accelerator, project_name: str,
-                  config: Mapping[str, Any] | None = None,
-                  init_kwargs: Mapping[str, Mapping[str, Any]] | None = None,
-                  strict: bool | None = None) -> None:
-    """Build the trackers of ``log_with``, start them (main process) and store ``config``."""
-    current = accelerator._tracker_group
-    if current.trackers and not current.finished:
-        raise ConfigurationError(
-            "init_trackers() was already called for this Accelerator: one run per job. Call "
-            "end_training() first to finish the current run before starting another.")
-    trackers = build_trackers(accelerator.log_with, project_name,
-                              logging_dir_of(accelerator), init_kwargs)
-    group = _group(accelerator, trackers, strict)
-    accelerator._tracker_group = group
-    group.start(None if config is None else dict(config))
-
-
-def end_tracking(accelerator: Accelerator) -> None:
-    """Finish every tracker once (they stay in ``trackers``); ``init_trackers`` may start anew."""
-    accelerator._tracker_group.finish()
-
-
-class TrackingMixin:
-    """The experiment-tracking methods of :class:`~accel.Accelerator`."""
-
-    @property
-    def trackers(self) -> list[Any]:
-        """The trackers of the current run (built by :meth:`init_trackers`)."""
-        return self._tracker_group.trackers
-
-    def init_trackers(self, project_name: str, config: dict[str, Any] | None = None,
-                      init_kwargs: dict[str, dict[str, Any]] | None = None, *,
-                      strict: bool | None = None) -> None:
-        """Start one run per tracker of ``log_with`` (on the main process) and store ``config``.
-
-        ``init_kwargs`` maps a tracker name to its constructor's kwargs; ``strict=True`` (or
-        ``ACCEL_TRACKING_STRICT=1``) makes a failing tracker an error instead of a warning.
-        """
-        init_trackers(self, project_name, config, init_kwargs, strict=strict)  # type: ignore[arg-type]
-
-    def log(self, values: dict[str, Any], step: int | None = None,
-            log_kwargs: dict[str, dict[str, Any]] | None = None) -> None:
-        """Log ``values`` to every tracker (main process unless a tracker says otherwise)."""
-        self._tracker_group.log(values, step=step, log_kwargs=log_kwargs)
-
-    def get_tracker(self, name: str, unwrap: bool = False) -> Any:
-        """The tracker called ``name``; with ``unwrap``, the backend's own run object."""
-        return self._tracker_group.get(name, unwrap=unwrap)

@@ -1,0 +1,151 @@
+"""The Strategy interface: grouped prepare, precision handed over, the step hooks,
+re-binding optimizers, topology defaults and selection by data."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from accel_parallel import (
+    STRATEGIES,
+    DDPStrategy,
+    PrepareRequest,
+    SingleDeviceStrategy,
+    Strategy,
+    StrategyConfig,
+    rebind_optimizer,
+    select_strategy,
+)
+from accel_precision import BF16Precision, NoPrecision
+from accel_state import ConfigurationError, DistributedType, GradientState, PartialState
+
+
+@pytest.fixture
+def state():
+    PartialState._reset_state()
+    yield PartialState(cpu=True)
+    PartialState._reset_state()
+
+
+def _config(state, **kwargs):
+    return StrategyConfig(state=state, precision=NoPrecision(device=state.device), **kwargs)
+
+
+class _ReplacingStrategy(Strategy):
+    """Replaces every parameter by a new Parameter object, as sharding does."""
+
+    def prepare_model(self, model, *, device_placement=True, evaluation_mode=False):
+        for module in model.modules():
+            for name, param in list(module.named_parameters(recurse=False)):
+                setattr(module, name, torch.nn.Parameter(param.detach().clone()))
+        return model
+
+
+def test_single_process_selects_single_and_names_win(state, monkeypatch):
+    assert type(select_strategy(_config(state))) is SingleDeviceStrategy
+    monkeypatch.setenv("ACCEL_STRATEGY", "ddp")
+    assert type(select_strategy(_config(state))) is DDPStrategy  # named: built without asking
+    monkeypatch.setenv("ACCEL_STRATEGY", "dpp")
+    with pytest.raises(ConfigurationError, match="Did you mean 'ddp'"):
+        select_strategy(_config(state))
+
+
+def test_selection_asks_strategies_by_priority(state):
+    class Eager(Strategy):
+        priority = 100
+
+        @classmethod
+        def accepts(cls, config):
+            return "eager" in config.plugins
+
+    STRATEGIES.register("eager-test", Eager)
+    try:
+        assert type(select_strategy(_config(state, plugins={"eager": True}))) is Eager
+        assert type(select_strategy(_config(state))) is SingleDeviceStrategy
+    finally:
+        STRATEGIES._clear()
+
+
+def test_ddp_accepts_several_processes_only(state):
+    assert not DDPStrategy.accepts(_config(state))
+    assert SingleDeviceStrategy.accepts(_config(state))
+    built = DDPStrategy.from_config(_config(state, handlers={"ddp": None}))
+    assert isinstance(built, DDPStrategy) and built.priority > SingleDeviceStrategy.priority
+
+
+def test_prepare_groups_objects_and_applies_the_precision(state):
+    strategy = SingleDeviceStrategy(state, precision=BF16Precision(device="cpu"))
+    model = torch.nn.Linear(4, 4)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = [1, 2]
+    out = strategy.prepare(PrepareRequest(models=[model], optimizers=[optimizer],
+                                          dataloaders=[loader], device_placement=[True]))
+    assert out.models == [model] and out.optimizers == [optimizer] and out.dataloaders == [loader]
+    assert model(torch.ones(1, 4)).dtype == torch.float32  # autocast forward, fp32 outputs
+    assert hasattr(model, "_original_forward")  # the precision wrapped it, not the facade
+    assert strategy.unwrap_model(model, keep_fp32_wrapper=False) is model
+    assert not hasattr(model, "_original_forward")
+
+
+def test_optimizer_built_before_prepare_is_rebound(state):
+    model = torch.nn.Linear(3, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0, momentum=0.9)
+    model(torch.ones(1, 3)).sum().backward()
+    optimizer.step()  # momentum state exists for the old parameters
+    old = list(model.parameters())
+    out = _ReplacingStrategy(state).prepare(PrepareRequest(models=[model],
+                                                           optimizers=[optimizer]))
+    new = list(out.models[0].parameters())
+    assert all(n is not o for n, o in zip(new, old, strict=True))
+    assert out.optimizers[0] is optimizer
+    assert optimizer.param_groups[0]["params"] == new
+    assert set(optimizer.state) == set(new)  # momentum buffers moved along
+    before = new[0].detach().clone()
+    model(torch.ones(1, 3)).sum().backward()
+    optimizer.step()
+    assert not torch.equal(new[0].detach(), before)  # the live parameters are stepped
+
+
+def test_rebind_without_moves_changes_nothing():
+    model = torch.nn.Linear(2, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    params = list(optimizer.param_groups[0]["params"])
+    assert rebind_optimizer(optimizer, {}) is optimizer
+    assert optimizer.param_groups[0]["params"] == params
+
+
+def test_step_hooks_divide_scale_step_and_clip(state):
+    strategy = SingleDeviceStrategy(state)
+    model = torch.nn.Linear(2, 1, bias=False)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+    x = torch.ones(1, 2)
+    strategy.backward(model(x).sum(), accumulation_steps=4)
+    torch.testing.assert_close(model.weight.grad, torch.full((1, 2), 0.25))
+    assert strategy.clip_grad_norm_(model.parameters(), 0.1) > 0.1
+    strategy.clip_grad_value_(model.parameters(), 0.01)
+    assert model.weight.grad.abs().max() <= 0.01
+    before = model.weight.detach().clone()
+    assert strategy.optimizer_step(optimizer) is True
+    assert not torch.equal(before, model.weight.detach())
+    strategy.zero_grad(optimizer)
+    assert model.weight.grad is None
+    assert strategy.scaler is None
+
+
+def test_topology_and_checkpoint_defaults(state):
+    strategy = SingleDeviceStrategy(state)
+    assert (strategy.dp_rank, strategy.dp_size, strategy.dp_group) == (0, 1, None)
+    assert strategy.parallel_sizes == {"dp_replicate": 1}
+    assert strategy.parallel_ranks == {"dp_replicate": 0}
+    assert strategy.distributed_type is DistributedType.NO
+    assert strategy.checkpoint_format([torch.nn.Linear(1, 1)]) == "replicated"
+
+
+def test_accumulation_context_defers_sync_through_no_sync(state, gloo_group):
+    strategy = DDPStrategy(state)
+    model = strategy.prepare_model(torch.nn.Linear(2, 2))
+    with strategy.accumulation_context([model], sync=False):
+        assert model.require_backward_grad_sync is False
+    assert model.require_backward_grad_sync is True
+    with strategy.accumulation_context([model], sync=True):
+        assert model.require_backward_grad_sync is True
+    GradientState._reset_state()
