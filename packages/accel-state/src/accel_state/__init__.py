@@ -72,7 +72,7 @@ from accel_state.state import (
     is_initialized,
 )
 
-__version__ = "0.1.1"
+__version__ = "0.1.2"
 
 
 def wait_for_everyone() -> None:
