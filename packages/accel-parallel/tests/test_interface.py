@@ -149,3 +149,11 @@ def test_accumulation_context_defers_sync_through_no_sync(state, gloo_group):
     with strategy.accumulation_context([model], sync=True):
         assert model.require_backward_grad_sync is True
     GradientState._reset_state()
+
+
+def test_plain_models_are_not_sharded_and_checkpoint_replicated(state):
+    from accel_parallel import is_sharded_model
+
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU())
+    assert not is_sharded_model(model)
+    assert DDPStrategy(state).checkpoint_format([model]) == "replicated"

@@ -2,7 +2,9 @@
 
 Tensors go to safetensors, everything else to JSON, and ``manifest.json`` (sizes and
 sha256 of every file) is written last, just before an atomic rename: a checkpoint either
-loads exactly or is refused with the name of the bad file. Nothing is ever unpickled.
+loads exactly or is refused with the name of the bad file. Layouts where every rank writes
+its own files (DCP shards, an engine's checkpoint) plug in as a ``RankCheckpointWriter``
+(``accel_checkpoint.layouts``); arbitrary objects are never unpickled without an opt-in.
 Usable alone from a plain PyTorch loop (``CheckpointManager``) or through
 ``accel.Accelerator.save_state``.
 
@@ -14,7 +16,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.1"
+__version__ = "0.2.0"
 
 _EXPORTS = {
     "CheckpointManager": "accel_checkpoint.manager",
@@ -47,6 +49,15 @@ _EXPORTS = {
     "save_sharded_state": "accel_checkpoint.sharded",
     "load_sharded_state": "accel_checkpoint.sharded",
     "LoadedShardedState": "accel_checkpoint.sharded",
+    "save_rank_state": "accel_checkpoint.per_rank",
+    "load_rank_state": "accel_checkpoint.per_rank",
+    "LoadedRankState": "accel_checkpoint.per_rank",
+    "DCPWriter": "accel_checkpoint.dcp_writer",
+    "CHECKPOINT_LAYOUTS": "accel_checkpoint.layouts",
+    "CheckpointLayout": "accel_checkpoint.layouts",
+    "ReplicatedLayout": "accel_checkpoint.layouts",
+    "PerRankLayout": "accel_checkpoint.layouts",
+    "resolve_layout": "accel_checkpoint.layouts",
     "merge_fsdp_weights": "accel_checkpoint.merge",
     "load_full_state_dict": "accel_checkpoint.merge",
 }
@@ -66,7 +77,15 @@ if TYPE_CHECKING:
         wait_for_pending_saves,
         wait_for_staging,
     )
+    from accel_checkpoint.dcp_writer import DCPWriter
     from accel_checkpoint.hashing import Verification
+    from accel_checkpoint.layouts import (
+        CHECKPOINT_LAYOUTS,
+        CheckpointLayout,
+        PerRankLayout,
+        ReplicatedLayout,
+        resolve_layout,
+    )
     from accel_checkpoint.manifest import (
         CheckpointInfo,
         Manifest,
@@ -75,6 +94,7 @@ if TYPE_CHECKING:
         verify_checkpoint,
     )
     from accel_checkpoint.merge import load_full_state_dict, merge_fsdp_weights
+    from accel_checkpoint.per_rank import LoadedRankState, load_rank_state, save_rank_state
     from accel_checkpoint.project import ProjectConfiguration
     from accel_checkpoint.sharded import LoadedShardedState, load_sharded_state, save_sharded_state
     from accel_checkpoint.weights import (

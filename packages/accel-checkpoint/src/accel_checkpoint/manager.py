@@ -208,10 +208,12 @@ def files_to_verify(manifest: Manifest, rank: int) -> dict[str, FileRecord]:
 def _check_layout(path: Path, manifest: Manifest) -> None:
     if manifest.layout != "replicated":
         raise CheckpointError(
-            f"{path} is a {manifest.layout} checkpoint (written by {manifest.world_size} "
-            "process(es) of a sharded model): load it with accel_checkpoint.load_sharded_state "
-            "(or Accelerator.load_state with the model sharded the same way), or turn it into "
-            "plain weights with `accel merge-weights`.")
+            f"{path} is a {manifest.layout} checkpoint (every one of its "
+            f"{manifest.world_size} process(es) wrote its own files, e.g. the shards of a "
+            "sharded model): load it through its layout — accel_checkpoint.load_sharded_state "
+            f"for 'sharded', accel_checkpoint.layouts.resolve_layout({manifest.layout!r}).load "
+            "for any, or Accelerator.load_state with the models prepared the same way — or "
+            "turn a sharded one into plain weights with `accel merge-weights`.")
 
 
 def load_checkpoint(path: str | os.PathLike[str], objects: Mapping[str, Any] | None = None, *,

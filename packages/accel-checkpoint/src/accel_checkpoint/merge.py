@@ -77,13 +77,13 @@ def load_full_state_dict(checkpoint_dir: str | os.PathLike[str],
     planner = SafeFullLoadPlanner(keys={name} if name is not None else None)
     from torch.distributed.checkpoint.api import CheckpointException
 
-    from accel_checkpoint.sharded import _describe
+    from accel_checkpoint.dcp_writer import describe_dcp_error
 
     try:
         _load_state_dict(state, storage_reader=VerifiedReader(path, expected), planner=planner,
                          no_dist=True)
     except CheckpointException as exc:  # a BaseException: give it our type and a line
-        raise CheckpointError(f"Could not read {path}: {_describe(exc)}") from exc
+        raise CheckpointError(f"Could not read {path}: {describe_dcp_error(exc)}") from exc
     return state[name] if name is not None else state
 
 

@@ -307,6 +307,12 @@ CHECKPOINT_VERIFY = _var(
     "How Accelerator.load_state checks a checkpoint's bytes when verify= is not given: "
     "'full' (default: every byte before anything is loaded) or 'background' (load at once, "
     "check while training starts; the first optimizer step waits for the check).")
+CHECKPOINT_TRUST_PICKLES = _var(
+    "ACCEL_CHECKPOINT_TRUST_PICKLES",
+    "1 to load checkpoints whose layout's writer reads its files with a full unpickler "
+    "(RankCheckpointWriter.unpickles == 'arbitrary', e.g. an engine's .pt files), as "
+    "load_state(trust_pickles=True) does. Unpickling can run code: set it only for "
+    "checkpoints you trust. The files are still verified against the manifest first.")
 CHECKPOINT_TEST_DELAY = _var(
     "ACCEL_CHECKPOINT_TEST_DELAY",
     "Test only: seconds a checkpoint save sleeps after each file and before its rename, so "

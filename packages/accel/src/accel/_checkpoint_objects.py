@@ -1,9 +1,10 @@
 """What goes into a checkpoint under which name, and Accelerate's functional layer.
 
 The names (``model``, ``model_1``, ``optimizer``, ``scheduler``, ``dataloader``,
-``scaler``, ``custom_checkpoint_<i>``) are shared by the replicated and the sharded
-formats and by Accelerate's ``save_accelerator_state`` / ``load_accelerator_state`` /
-``save_custom_state`` / ``load_custom_state``, which ``accel.checkpointing`` re-exports.
+``scaler``, ``custom_checkpoint_<i>``) are shared by every checkpoint layout (replicated,
+sharded, a strategy's own writer) and by Accelerate's ``save_accelerator_state`` /
+``load_accelerator_state`` / ``save_custom_state`` / ``load_custom_state``, which
+``accel.checkpointing`` re-exports.
 """
 
 from __future__ import annotations

@@ -1,0 +1,158 @@
+"""``DCPWriter``: sharded models (FSDP2 ``fully_shard``, DTensor) through DCP, layout ``"sharded"``.
+
+The worked example of a :class:`~accel_state.protocols.RankCheckpointWriter`. Every rank
+writes only its own shards with ``torch.distributed.checkpoint`` (DCP) into the staging
+directory (``__<rank>_0.distcp``; rank 0 also DCP's ``.metadata``) and reports those
+files; :mod:`accel_checkpoint.per_rank` hashes them and commits. Model and optimizer
+state go through ``torch.distributed.checkpoint.state_dict`` (``get_model_state_dict`` /
+``get_optimizer_state_dict`` and their ``set_`` twins), so a checkpoint loads into a
+model sharded over a different number of processes too. Loading reads DCP's pickled
+``.metadata`` through an allow-list unpickler, hash-checked again on the very bytes it
+unpickles, and DCP's non-tensor values with ``torch.load(weights_only=True)``
+(:mod:`accel_checkpoint.dcp_io`): ``unpickles = "restricted"``.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from accel_state.protocols import UNPICKLES_RESTRICTED
+from torch import nn
+from torch.distributed.checkpoint.api import CheckpointException
+
+from accel_checkpoint.errors import CheckpointError
+
+__all__ = ["DCPWriter", "SHARDED_LAYOUT", "describe_dcp_error"]
+
+#: ``manifest.json`` ``layout`` of a DCP checkpoint.
+SHARDED_LAYOUT = "sharded"
+
+
+def describe_dcp_error(exc: BaseException) -> str:
+    """One line per failed rank of a DCP ``CheckpointException`` (else the error itself)."""
+    failures = getattr(exc, "failures", None)
+    if not isinstance(failures, dict):
+        return f"{type(exc).__name__}: {exc}"
+    lines = []
+    for rank, pair in sorted(failures.items()):
+        error = pair[0] if isinstance(pair, tuple) else pair
+        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        lines.append(f"rank {rank}: {type(error).__name__}: {first}")
+    return "; ".join(lines)
+
+
+def _owner(optimizer: torch.optim.Optimizer, models: dict[str, nn.Module]) -> nn.Module:
+    """The model whose parameters ``optimizer`` updates (matched by identity)."""
+    params = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    for model in models.values():
+        if any(id(p) in params for p in model.parameters()):
+            return model
+    raise CheckpointError("An optimizer's parameters belong to none of the models given: "
+                          "save the model it optimizes in the same call (its state is keyed "
+                          "by the model's parameter names).")
+
+
+def _models(objects: Mapping[str, Any]) -> dict[str, nn.Module]:
+    return {n: o for n, o in objects.items() if isinstance(o, nn.Module)}
+
+
+def _state_dicts(objects: Mapping[str, Any]) -> dict[str, Any]:
+    from torch.distributed.checkpoint.state_dict import (
+        get_model_state_dict,
+        get_optimizer_state_dict,
+    )
+
+    models = _models(objects)
+    state: dict[str, Any] = {}
+    for name, obj in objects.items():
+        if isinstance(obj, nn.Module):
+            state[name] = get_model_state_dict(obj)
+        elif isinstance(obj, torch.optim.Optimizer):
+            state[name] = get_optimizer_state_dict(_owner(obj, models), obj)
+        else:
+            state[name] = obj.state_dict()
+    return state
+
+
+def _apply(objects: Mapping[str, Any], state: dict[str, Any]) -> None:
+    from torch.distributed.checkpoint.state_dict import (
+        set_model_state_dict,
+        set_optimizer_state_dict,
+    )
+
+    models = _models(objects)
+    for name, obj in objects.items():
+        if isinstance(obj, nn.Module):
+            set_model_state_dict(obj, state[name])
+        elif isinstance(obj, torch.optim.Optimizer):
+            set_optimizer_state_dict(_owner(obj, models), obj, state[name])
+        else:
+            obj.load_state_dict(state[name])
+
+
+class DCPWriter:
+    """Writes and reads DCP shards, every rank its own (layout ``"sharded"``)."""
+
+    layout = SHARDED_LAYOUT
+    unpickles = UNPICKLES_RESTRICTED
+
+    def save(self, staging: Path, objects: Mapping[str, Any], rank: int,
+             world_size: int) -> list[str]:
+        """DCP-save ``objects`` into ``staging``; the files this rank owns."""
+        import torch.distributed.checkpoint as dcp
+
+        from accel_checkpoint.dcp_io import DCP_METADATA_NAME
+
+        state = _state_dicts(objects)
+        writer = dcp.FileSystemWriter(staging, single_file_per_rank=True, sync_files=True)
+        with warnings.catch_warnings():  # DCP warns that no_dist means one process: it does
+            warnings.filterwarnings("ignore", "torch.distributed is disabled")
+            try:
+                dcp.save(state, storage_writer=writer, no_dist=world_size == 1)
+            except CheckpointException as exc:  # a BaseException: give it our type and a line
+                raise CheckpointError(describe_dcp_error(exc)) from exc
+        prefix = f"__{rank}_"
+        files = sorted(p.name for p in staging.iterdir() if p.name.startswith(prefix))
+        if rank == 0 and (staging / DCP_METADATA_NAME).is_file():
+            files.append(DCP_METADATA_NAME)
+        return files
+
+    def load(self, path: Path, objects: Mapping[str, Any], rank: int, world_size: int) -> None:
+        """DCP-load ``objects`` from ``path`` (``.metadata`` hash-checked as it is read)."""
+        import torch.distributed.checkpoint as dcp
+
+        from accel_checkpoint.dcp_io import DCP_METADATA_NAME, SafeLoadPlanner, VerifiedReader
+        from accel_checkpoint.manifest import read_manifest
+
+        state = _state_dicts(objects)
+        reader = VerifiedReader(path, read_manifest(path).files.get(DCP_METADATA_NAME))
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "torch.distributed is disabled")
+            try:
+                dcp.load(state, storage_reader=reader, planner=SafeLoadPlanner(),
+                         no_dist=world_size == 1)
+            except CheckpointException as exc:  # a BaseException: give it our type and a line
+                raise CheckpointError(f"Could not load {path}: {describe_dcp_error(exc)}"
+                                      ) from exc
+        _apply(objects, state)
+
+    def full_state_dict(self, model: nn.Module) -> dict[str, Any]:
+        """The model's full state dict, gathered to CPU on rank 0 (``{}`` elsewhere); a
+        collective for a sharded model."""
+        return full_model_state_dict(model)
+
+    def __repr__(self) -> str:
+        return "DCPWriter()"
+
+
+def full_model_state_dict(model: nn.Module) -> dict[str, Any]:
+    """torch's full state dict of ``model`` (DTensors gathered; on rank 0 only, in CPU
+    memory): Accelerate's FSDP full state dict with ``rank0_only``."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True,
+                                                                cpu_offload=True))

@@ -1,0 +1,351 @@
+"""``Accelerator.save_state``/``load_state`` and friends, on top of accel-checkpoint.
+
+A checkpoint holds: each prepared model (its unwrapped weights, ``model``, ``model_1``,
+...), optimizers, schedulers, the grad scaler, the position of every prepared dataloader
+that is ``Stateful`` (accel-data's are; found by duck typing, accel-data is never
+imported), ``register_for_checkpointing`` objects, the step, and every rank's RNG states.
+
+How it is laid out is the strategy's choice (``Strategy.checkpoint_format(models)``,
+resolved by :mod:`accel._checkpoint_layouts`): ``"replicated"`` (rank 0 writes full state
+dicts as safetensors + JSON), ``"sharded"`` (every rank writes its DCP shards), or a
+``RankCheckpointWriter`` of the strategy's own. The functions here call the layout's
+methods and never ask which one it is. :class:`CheckpointingMixin` gives the
+Accelerator its methods; ``accel.checkpointing`` (Accelerate's module path) re-exports.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from accel_checkpoint.errors import CheckpointError
+from accel_checkpoint.manager import (
+    VERIFY_MODES,
+    PendingSave,
+    rotate_checkpoints,
+    wait_for_pending_saves,
+    wait_for_staging,
+)
+from accel_checkpoint.manifest import latest_checkpoint, read_manifest
+from accel_checkpoint.project import CHECKPOINT_PATTERN, ProjectConfiguration
+from accel_checkpoint.weights import save_model_weights
+from accel_state import env
+from accel_state.errors import ConfigurationError
+from accel_state.protocols import Stateful
+from torch.utils.hooks import RemovableHandle
+
+from accel._checkpoint_layouts import check_layout, checkpoint_layout
+from accel._checkpoint_objects import saved_dataloaders, scaler_of, shared_objects
+
+__all__ = ["init_checkpointing", "save_state", "load_state", "register_for_checkpointing",
+           "register_save_state_pre_hook", "register_load_state_pre_hook", "save_model",
+           "get_state_dict", "wait_for_checkpoint", "checkpoint_gate", "CheckpointingMixin"]
+
+_AUTO_NAME = re.compile(r"checkpoint_(\d+)")
+
+
+def init_checkpointing(accelerator: Any, project_dir: str | os.PathLike[str] | None,
+                       project_config: ProjectConfiguration | None) -> None:
+    """Called by ``Accelerator.__init__``: project configuration and hook registries."""
+    config = project_config if project_config is not None else ProjectConfiguration()
+    if not isinstance(config, ProjectConfiguration):
+        raise ConfigurationError(f"project_config must be a ProjectConfiguration, got "
+                                 f"{type(config).__name__}.")
+    if project_dir is not None and config.project_dir is None:
+        config.set_directories(project_dir)
+    accelerator.project_configuration = config
+    accelerator._save_model_state_pre_hook = collections.OrderedDict()
+    accelerator._load_model_state_pre_hook = collections.OrderedDict()
+    accelerator._pending_checkpoint = None
+    accelerator._checkpoint_verification = None
+
+
+def wait_for_checkpoint(accelerator: Any) -> None:
+    """Block until the accelerator's asynchronous save (if any) is committed and the
+    background verification of a loaded checkpoint (if any) has passed."""
+    checkpoint_gate(accelerator)
+    pending, accelerator._pending_checkpoint = getattr(accelerator, "_pending_checkpoint",
+                                                       None), None
+    if pending is not None:
+        pending.wait()
+    wait_for_pending_saves()
+
+
+def checkpoint_gate(accelerator: Any) -> None:
+    """What must finish before the state changes again (run before an optimizer step).
+
+    An async save must have copied the parameters and optimizer state it defers; a
+    checkpoint loaded with ``verify="background"`` must have passed its byte check —
+    its failure is raised here, and again at every later gate (the loaded state is bad).
+    """
+    wait_for_staging()
+    verification = getattr(accelerator, "_checkpoint_verification", None)
+    if verification is not None:
+        verification.wait()  # raises CorruptCheckpointError naming the file
+        accelerator._checkpoint_verification = None
+    for optimizer in accelerator._optimizers:
+        optimizer._before_step = None
+
+
+def _arm_gate(accelerator: Any) -> None:
+    """Make every prepared optimizer run :func:`checkpoint_gate` before its next step."""
+    for optimizer in accelerator._optimizers:
+        optimizer._before_step = lambda: checkpoint_gate(accelerator)
+
+
+def _stable_tensors(accelerator: Any) -> list[torch.Tensor]:
+    """Tensors only an optimizer step changes: the prepared optimizers' parameters and
+    state. An async save copies them after returning (gated by the next step)."""
+    found: list[torch.Tensor] = []
+    for optimizer in accelerator._optimizers:
+        found += [p for group in optimizer.param_groups for p in group["params"]]
+        found += [t for s in optimizer.state.values() for t in s.values()
+                  if isinstance(t, torch.Tensor)]
+    return found
+
+
+def _output_dir(accelerator: Any, output_dir: str | os.PathLike[str] | None) -> Path:
+    config = accelerator.project_configuration
+    if config.automatic_checkpoint_naming:
+        target = config.checkpoints_dir / f"checkpoint_{config.iteration}"
+        if target.exists():
+            raise ConfigurationError(
+                f"Checkpoint directory {target} ({config.iteration}) already exists. Call "
+                "accelerator.load_state() first to resume (it continues the numbering), or set "
+                "accelerator.project_configuration.iteration to the next free number.")
+        return target
+    if output_dir is None:
+        raise ConfigurationError("save_state() needs output_dir, or "
+                                 "ProjectConfiguration(automatic_checkpoint_naming=True).")
+    return Path(output_dir)
+
+
+def save_state(accelerator: Any, output_dir: str | os.PathLike[str] | None = None,
+               safe_serialization: bool = True, async_save: bool = False,
+               **save_model_func_kwargs: Any) -> str:
+    """Save everything needed to resume bit for bit; return the checkpoint path.
+
+    Call it on every process. accel's own files are safetensors + JSON
+    (``safe_serialization`` is accepted for compatibility); a strategy's writer chooses its
+    own (see docs/checkpoint.md, "Checkpoint layouts and writers"). Save pre-hooks get the staging directory as
+    ``output_dir``: what they write there is committed (and listed in the manifest) with
+    the rest; their ``weights`` are the full state dicts of a replicated layout (popping
+    one leaves that model to the hook) and ``[]`` when every rank writes its own files.
+    ``async_save=True`` returns once the state is taken and writes in the background; the
+    optimizers' parameters and state are copied on that thread too, so the next
+    ``optimizer.step()`` waits until that copy is done (layouts that write on every rank
+    warn and save synchronously).
+    """
+    wait_for_checkpoint(accelerator)
+    target = _output_dir(accelerator, output_dir)
+    config = accelerator.project_configuration
+    layout = checkpoint_layout(accelerator)
+    entries, weights = layout.save_entries([accelerator.unwrap_model(m)
+                                            for m in accelerator._models])
+    objects: dict[str, Any] = {}
+
+    def prepare_dir(staging: Path) -> None:
+        for hook in accelerator._save_model_state_pre_hook.values():
+            hook(accelerator._models, weights, str(staging))
+        objects.update(shared_objects(entries, accelerator._optimizers,
+                                      accelerator._schedulers, accelerator._dataloaders,
+                                      scaler_of(accelerator), accelerator._custom_objects))
+
+    result = layout.save(target, objects, data={"step": accelerator.step},
+                         step=accelerator.step, async_save=async_save,
+                         on_commit=_rotation(config), prepare_dir=prepare_dir,
+                         save_on_each_node=config.save_on_each_node,
+                         stable=_stable_tensors(accelerator) if async_save else ())
+    if isinstance(result, PendingSave):
+        accelerator._pending_checkpoint = result
+        _arm_gate(accelerator)
+    config.iteration += 1
+    return str(target)
+
+
+def _verify_mode(verify: str | None) -> str:
+    mode = verify if verify is not None else (env.CHECKPOINT_VERIFY.get() or "full")
+    if mode not in VERIFY_MODES:
+        source = "verify=" if verify is not None else f"{env.CHECKPOINT_VERIFY.name}="
+        raise ConfigurationError(f"{source}{mode!r} is not a checkpoint verification mode: use "
+                                 f"{' or '.join(VERIFY_MODES)}.")
+    return mode
+
+
+def _input_dir(config: ProjectConfiguration, input_dir: str | os.PathLike[str] | None) -> Path:
+    if input_dir is None:
+        if not config.automatic_checkpoint_naming:
+            raise ConfigurationError("load_state() needs input_dir, or "
+                                     "ProjectConfiguration(automatic_checkpoint_naming=True).")
+        input_dir = latest_checkpoint(config.checkpoints_dir, pattern=CHECKPOINT_PATTERN)
+        if input_dir is None:
+            raise CheckpointError(f"No complete checkpoint in {config.checkpoints_dir} to load.")
+    return Path(input_dir)
+
+
+def load_state(accelerator: Any, input_dir: str | os.PathLike[str] | None = None,
+               load_kwargs: dict[str, Any] | None = None, verify: str | None = None, *,
+               trust_pickles: bool | None = None, **load_model_func_kwargs: Any) -> None:
+    """Restore a checkpoint written by :func:`save_state` (default: the newest complete one).
+
+    ``verify``: ``"full"`` (default, or ``ACCEL_CHECKPOINT_VERIFY``) checks every byte
+    before anything is loaded; ``"background"`` loads at once and checks while training
+    starts — the first ``optimizer.step()`` (or save, or ``end_training``) waits for the
+    check and raises ``CorruptCheckpointError`` naming the file if it failed. Layouts in
+    which every rank writes its own files (sharded, FSDP2) are always checked in full
+    first. ``trust_pickles``: load a layout whose writer unpickles arbitrary objects
+    (default: ``ACCEL_CHECKPOINT_TRUST_PICKLES``; see docs/checkpoint.md). The checkpoint's
+    layout must be the one the strategy saves the prepared models in. With automatic
+    naming, later saves continue the numbering after the loaded checkpoint.
+    """
+    mode = _verify_mode(verify)
+    wait_for_checkpoint(accelerator)
+    config = accelerator.project_configuration
+    input_dir = _input_dir(config, input_dir)
+    layout = checkpoint_layout(accelerator)
+    manifest = read_manifest(input_dir)
+    check_layout(manifest.layout, manifest.world_size, layout.name, input_dir)
+    models = list(accelerator._models)
+    strict = load_model_func_kwargs.get("strict", True)
+    objects: dict[str, Any] = {}
+
+    def prepare(path: Path) -> None:
+        for hook in accelerator._load_model_state_pre_hook.values():
+            hook(models, str(path))
+        entries = [layout.load_entry(accelerator.unwrap_model(m), strict) for m in models]
+        objects.update(shared_objects(entries, accelerator._optimizers,
+                                      accelerator._schedulers, [], scaler_of(accelerator),
+                                      accelerator._custom_objects))
+        objects.update(saved_dataloaders(path, accelerator._dataloaders, manifest.objects))
+
+    loaded = layout.load(input_dir, objects, verify=mode, prepare=prepare, manifest=manifest,
+                         trust_pickles=trust_pickles)
+    if loaded.verification is not None and mode == "background":
+        accelerator._checkpoint_verification = loaded.verification
+        _arm_gate(accelerator)
+    accelerator.step = int((loaded.data or {}).get("step", loaded.step or 0))
+    match = _AUTO_NAME.fullmatch(input_dir.name)
+    if config.automatic_checkpoint_naming and match:  # later saves continue the numbering
+        config.iteration = int(match.group(1)) + 1
+
+
+def _rotation(config: ProjectConfiguration) -> Callable[[Path], None] | None:
+    """The ``on_commit`` hook applying ``total_limit`` to automatically named checkpoints."""
+    if not (config.automatic_checkpoint_naming and config.total_limit is not None):
+        return None
+    limit = config.total_limit
+
+    def rotate(path: Path) -> None:
+        rotate_checkpoints(path.parent, limit, CHECKPOINT_PATTERN, protect=path)
+    return rotate
+
+
+def register_for_checkpointing(accelerator: Any, *objects: Any) -> None:
+    """Add objects (with ``state_dict``/``load_state_dict``) to every save and load."""
+    bad = [f"item {i} ({type(o).__name__})" for i, o in enumerate(objects)
+           if not isinstance(o, Stateful)]
+    if bad:
+        raise ConfigurationError("register_for_checkpointing needs objects with state_dict() "
+                                 f"and load_state_dict(); these have not: {', '.join(bad)}.")
+    accelerator._custom_objects.extend(objects)
+
+
+def register_save_state_pre_hook(accelerator: Any, hook: Any) -> RemovableHandle:
+    """``hook(models, weights, output_dir)`` runs before saving; it may edit ``weights``."""
+    handle = RemovableHandle(accelerator._save_model_state_pre_hook)
+    accelerator._save_model_state_pre_hook[handle.id] = hook
+    return handle
+
+
+def register_load_state_pre_hook(accelerator: Any, hook: Any) -> RemovableHandle:
+    """``hook(models, input_dir)`` runs before loading; it may remove ``models`` entries."""
+    handle = RemovableHandle(accelerator._load_model_state_pre_hook)
+    accelerator._load_model_state_pre_hook[handle.id] = hook
+    return handle
+
+
+def get_state_dict(accelerator: Any, model: torch.nn.Module, unwrap: bool = True
+                   ) -> dict[str, torch.Tensor]:
+    """The model's full state dict (of the unwrapped model by default).
+
+    For a model whose checkpoint layout writes on every rank (FSDP2 / DTensor, an engine)
+    it is a collective — call it on every process: the full tensors are gathered to CPU
+    memory on the main process, the others get ``{}`` (as Accelerate's FSDP full state
+    dict with ``rank0_only``)."""
+    layout = checkpoint_layout(accelerator, [model])
+    return layout.full_state_dict(accelerator.unwrap_model(model) if unwrap else model)
+
+
+def save_model(accelerator: Any, model: torch.nn.Module, save_directory: str | os.PathLike[str],
+               max_shard_size: int | str = "10GB", safe_serialization: bool = True) -> None:
+    """Write the unwrapped weights (main process, or each machine's with save_on_each_node
+    when every rank holds them): one file or shards + index."""
+    layout = checkpoint_layout(accelerator, [model])
+    state_dict = layout.full_state_dict(accelerator.unwrap_model(model))
+    each_node = (accelerator.project_configuration.save_on_each_node
+                 and layout.full_state_on_every_rank)
+    if accelerator.is_local_main_process if each_node else accelerator.is_main_process:
+        save_model_weights(state_dict, save_directory, max_shard_size=max_shard_size,
+                           safe_serialization=safe_serialization)
+
+
+class CheckpointingMixin:
+    """The Accelerator's checkpoint methods: thin delegations to the functions above."""
+
+    @property
+    def project_dir(self) -> str | None:
+        return self.project_configuration.project_dir
+
+    @property
+    def logging_dir(self) -> str | None:
+        return self.project_configuration.logging_dir
+
+    @property
+    def save_iteration(self) -> int:
+        """Number of the next automatically named checkpoint."""
+        return self.project_configuration.iteration
+
+    def save_state(self, output_dir: Any = None, safe_serialization: bool = True,
+                   **save_model_func_kwargs: Any) -> str:
+        """Save models, optimizers, schedulers, dataloader positions, RNG states, ...
+
+        Crash-safe and verified (see accel_checkpoint); ``async_save=True`` writes in the
+        background. Call on every process.
+        """
+        return save_state(self, output_dir, safe_serialization, **save_model_func_kwargs)
+
+    def load_state(self, input_dir: Any = None, load_kwargs: Any = None,
+                   verify: str | None = None, *, trust_pickles: bool | None = None,
+                   **load_model_func_kwargs: Any) -> None:
+        """Restore a checkpoint (default: the newest complete one with automatic naming).
+
+        ``verify="background"`` checks the bytes while training starts; ``trust_pickles``
+        allows a layout whose files need a full unpickler (see docs/checkpoint.md).
+        """
+        load_state(self, input_dir, load_kwargs, verify, trust_pickles=trust_pickles,
+                   **load_model_func_kwargs)
+
+    def register_for_checkpointing(self, *objects: Any) -> None:
+        register_for_checkpointing(self, *objects)
+
+    def register_save_state_pre_hook(self, hook: Callable[..., Any]) -> Any:
+        return register_save_state_pre_hook(self, hook)
+
+    def register_load_state_pre_hook(self, hook: Callable[..., Any]) -> Any:
+        return register_load_state_pre_hook(self, hook)
+
+    def save_model(self, model: torch.nn.Module, save_directory: Any,
+                   max_shard_size: int | str = "10GB", safe_serialization: bool = True) -> None:
+        save_model(self, model, save_directory, max_shard_size, safe_serialization)
+
+    def get_state_dict(self, model: torch.nn.Module, unwrap: bool = True) -> dict[str, Any]:
+        return get_state_dict(self, model, unwrap)
+
+    def wait_for_checkpoint(self) -> None:
+        """Block until an ``async_save`` is committed (``end_training`` does this too)."""
+        wait_for_checkpoint(self)

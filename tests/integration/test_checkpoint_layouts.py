@@ -1,0 +1,168 @@
+"""The Accelerator's checkpoints follow the layout its strategy names, in one process.
+
+``Strategy.checkpoint_format(models)`` names a registered layout or hands over a
+``RankCheckpointWriter``; save_state / load_state / get_state_dict / save_model use it
+without asking which one it is, and a checkpoint of another layout is refused with the
+fix. FSDP2 models in 2 processes: test_checkpoint_sharded_facade.py; a writer of the
+test's own in 2 processes: test_checkpoint_per_rank.py.
+"""
+
+from __future__ import annotations
+
+import importlib
+import types
+
+import pytest
+import torch
+from accel_checkpoint.errors import CheckpointError
+from accel_checkpoint.manifest import read_manifest
+from accel_state.errors import ConfigurationError
+from torch import nn
+
+from accel import Accelerator
+from accel._checkpoint_layouts import check_layout
+from accel.utils import ProjectConfiguration
+
+
+@pytest.fixture
+def writers(monkeypatch, scripts):
+    """scripts/checkpoint_writers.py (the writers the 2-process script uses too)."""
+    monkeypatch.syspath_prepend(str(scripts))
+    return importlib.import_module("checkpoint_writers")
+
+
+class Counter:
+    def __init__(self) -> None:
+        self.value = 0
+
+    def state_dict(self):
+        return {"value": self.value}
+
+    def load_state_dict(self, state):
+        self.value = state["value"]
+
+
+def prepared(fmt=None, seed: int = 0, **kwargs):
+    """An Accelerator whose strategy names ``fmt`` (default: its own choice), with a
+    prepared model, optimizer and scheduler after one step."""
+    accelerator = Accelerator(cpu=True, **kwargs)
+    if fmt is not None:
+        accelerator.strategy.checkpoint_format = lambda models: fmt
+    torch.manual_seed(seed)
+    model = nn.Linear(4, 3)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+    accelerator.backward(model(torch.ones(2, 4)).sum())
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad()
+    return accelerator, model, optimizer, scheduler
+
+
+# -- the layout check ---------------------------------------------------------------------------
+def test_matching_layouts_pass():
+    check_layout("sharded", 2, "sharded", "ckpt")
+    check_layout("replicated", 1, "replicated", "ckpt")
+    check_layout("not-registered", 1, "not-registered", "ckpt")  # a strategy's own writer
+
+
+def test_sharded_checkpoint_into_unsharded_models_says_how_to_fix():
+    with pytest.raises(CheckpointError) as info:
+        check_layout("sharded", 4, "replicated", "/runs/ckpt")
+    text = str(info.value)
+    assert "/runs/ckpt is a sharded checkpoint (saved by 4 process(es)" in text
+    assert "fully_shard" in text
+    assert "accel merge-weights /runs/ckpt OUT" in text and "load_checkpoint_in_model" in text
+
+
+def test_replicated_checkpoint_into_sharded_models_says_how_to_fix():
+    with pytest.raises(CheckpointError) as info:
+        check_layout("replicated", 2, "sharded", "/runs/ckpt")
+    text = str(info.value)
+    assert "/runs/ckpt is a replicated checkpoint" in text and "saved by 2 process(es)" in text
+    assert "prepared without fully_shard" in text
+    assert "load_checkpoint_in_model(model, '/runs/ckpt'), then fully_shard(model)" in text
+
+
+def test_other_mismatches_name_both_layouts_and_unknown_ones_say_upgrade():
+    with pytest.raises(CheckpointError, match="'replicated' checkpoint .* the 'test-engine' "
+                                              "layout .* same strategy"):
+        check_layout("replicated", 1, "test-engine", "ckpt")
+    with pytest.raises(CheckpointError, match="layout 'pipeline'.*'replicated', 'sharded'.*"
+                                              "upgrade accel"):
+        check_layout("pipeline", 1, "replicated", "ckpt")
+
+
+# -- the Accelerator through its strategy's layout ----------------------------------------------
+def test_a_writer_from_the_strategy_saves_and_loads_through_the_facade(writers, tmp_path):
+    writer = writers.SafetensorsWriter()
+    accelerator, model, optimizer, scheduler = prepared(writer)
+    counter = Counter()
+    counter.value = 5
+    accelerator.register_for_checkpointing(counter)
+    seen = []
+    accelerator.register_save_state_pre_hook(lambda models, weights, out: seen.append(weights))
+    accelerator.step = 3
+    path = accelerator.save_state(tmp_path / "ckpt")
+    assert seen == [[]]  # the writer saves the models: no full state dicts for the hooks
+    manifest = read_manifest(path)
+    assert manifest.layout == "test-safetensors"
+    assert manifest.metadata["sharded_objects"] == {"model": "model", "optimizer": "optimizer"}
+    assert {"rank0.safetensors", "scheduler.json", "custom_checkpoint_0.json",
+            "random_states_0.safetensors"} <= set(manifest.files)
+
+    again, model2, optimizer2, scheduler2 = prepared(writers.SafetensorsWriter(), seed=1)
+    counter2 = Counter()
+    again.register_for_checkpointing(counter2)
+    again.load_state(path)
+    assert torch.equal(model2.weight, model.weight) and counter2.value == 5
+    assert again.step == 3 and scheduler2.get_last_lr() == scheduler.get_last_lr()
+    assert torch.equal(optimizer2.state_dict()["state"][0]["exp_avg"],
+                       optimizer.state_dict()["state"][0]["exp_avg"])
+
+    plain = prepared(seed=1)[0]  # the strategy's own choice: replicated
+    with pytest.raises(CheckpointError, match="layout 'test-safetensors'.* saved in the "
+                                              "'replicated' layout.*prepare the models with "
+                                              "that strategy"):
+        plain.load_state(path)
+
+
+def test_get_state_dict_and_save_model_ask_the_layout(writers, tmp_path):
+    writer = writers.SafetensorsWriter()
+    accelerator, model, _, _ = prepared(writer)
+    assert set(accelerator.get_state_dict(model)) == {"weight", "bias"}
+    accelerator.save_model(model, tmp_path / "weights")
+    assert writer.full_state_dicts == 2
+    assert (tmp_path / "weights" / "model.safetensors").is_file()
+
+
+def test_save_on_each_node_is_refused_when_every_rank_writes_its_own_files(tmp_path):
+    accelerator = prepared("sharded", project_config=ProjectConfiguration(
+        str(tmp_path), save_on_each_node=True))[0]
+    with pytest.raises(ConfigurationError, match="save_on_each_node=True cannot be used"):
+        accelerator.save_state(tmp_path / "ckpt")
+    assert not any(tmp_path.iterdir())
+    assert accelerator.save_iteration == 0
+
+
+def test_unknown_layouts_and_strategies_without_a_format_are_named(tmp_path, monkeypatch):
+    accelerator, model, _, _ = prepared("shraded")
+    with pytest.raises(ConfigurationError, match="Did you mean 'sharded'"):
+        accelerator.save_state(tmp_path / "ckpt")
+    monkeypatch.setattr(accelerator, "_strategy", types.SimpleNamespace())
+    with pytest.raises(ConfigurationError, match="has no checkpoint_format"):
+        accelerator.get_state_dict(model)
+
+
+def test_a_pickling_writer_loads_only_when_trusted(writers, tmp_path, monkeypatch):
+    monkeypatch.delenv("ACCEL_CHECKPOINT_TRUST_PICKLES", raising=False)
+    accelerator, model, _, _ = prepared(writers.PickleWriter())
+    path = accelerator.save_state(tmp_path / "ckpt")
+    writer = writers.PickleWriter()
+    again, model2, _, _ = prepared(writer, seed=1)
+    with pytest.raises(CheckpointError, match="trust_pickles=True"):
+        again.load_state(path)
+    assert writer.loads == 0 and not torch.equal(model2.weight, model.weight)
+    again.load_state(path, trust_pickles=True)
+    assert writer.loads == 1 and torch.equal(model2.weight, model.weight)
