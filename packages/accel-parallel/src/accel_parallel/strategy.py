@@ -82,6 +82,8 @@ class Strategy:
         self.state = state
         self.precision = precision if precision is not None else NoPrecision(device=state.device)
         self.options = options
+        # whether accumulation micro-steps have anything to defer (``no_sync`` overridden)
+        self._defers_sync = type(self).no_sync is not Strategy.no_sync
 
     # -- selection by data --------------------------------------------------------------------
     @classmethod
@@ -217,7 +219,7 @@ class Strategy:
                              sync: bool) -> contextlib.AbstractContextManager[Any]:
         """Context of one micro-step inside ``accumulate()``; ``sync`` is False when this
         batch only accumulates (the gradient reduction can wait for the boundary)."""
-        if sync or not models:
+        if sync or not models or not self._defers_sync:
             return _NO_CONTEXT
         return self._without_sync(models)
 

@@ -10,7 +10,7 @@ is. Kept thin on purpose.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import torch
@@ -251,8 +251,7 @@ class Accelerator(PrecisionMixin, DataMixin, _ckpt.CheckpointingMixin, _tracking
         self._strategy.backward(loss, accumulation_steps=self.gradient_state.num_steps,
                                 **kwargs)
 
-    @contextlib.contextmanager
-    def accumulate(self, *models: torch.nn.Module) -> Iterator[None]:
+    def accumulate(self, *models: torch.nn.Module) -> contextlib.AbstractContextManager[Any]:
         """Accumulate gradients over ``gradient_accumulation_steps`` batches per optimizer step.
 
         Inside the block, prepared optimizers and schedulers step only on the last batch of
@@ -260,11 +259,7 @@ class Accelerator(PrecisionMixin, DataMixin, _ckpt.CheckpointingMixin, _tracking
         strategy may defer the gradient reduction (DDP's ``no_sync``) unless the plugin's
         ``sync_each_batch`` is set.
         """
-        self._do_sync()
-        state = self.gradient_state
-        with self._strategy.accumulation_context(models,
-                                                 state.sync_gradients or state.sync_each_batch):
-            yield
+        return _Accumulation(self, models)
 
     def _do_sync(self) -> None:
         state = self.gradient_state
@@ -345,6 +340,28 @@ class Accelerator(PrecisionMixin, DataMixin, _ckpt.CheckpointingMixin, _tracking
         """
         _ckpt.save(obj, f, save_on_each_node=self.project_configuration.save_on_each_node,
                    safe_serialization=safe_serialization)
+
+class _Accumulation:
+    """The context of one ``accumulate()`` batch: a class rather than a generator, since it
+    runs on every micro-step (hot path)."""
+
+    __slots__ = ("accelerator", "models", "context")
+
+    def __init__(self, accelerator: Accelerator, models: tuple[torch.nn.Module, ...]) -> None:
+        self.accelerator, self.models = accelerator, models
+        self.context: Any = None
+
+    def __enter__(self) -> Any:
+        accelerator = self.accelerator
+        accelerator._do_sync()
+        state = accelerator.gradient_state
+        self.context = accelerator._strategy.accumulation_context(
+            self.models, state.sync_gradients or state.sync_each_batch)
+        return self.context.__enter__()
+
+    def __exit__(self, *exc_info: Any) -> Any:
+        return self.context.__exit__(*exc_info)
+
 
 #: The kinds of objects ``prepare`` hands to the strategy (``PrepareRequest`` fields).
 _KINDS = ("models", "optimizers", "schedulers", "dataloaders")
