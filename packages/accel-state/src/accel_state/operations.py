@@ -33,6 +33,7 @@ from accel_state.errors import (
     DistributedError,
     DistributedOperationException,
 )
+from accel_state.groups import _collective_device, _local_device, _source_rank, _world_size
 from accel_state.structures import (
     CannotPadNestedTensorWarning,
     ConvertOutputsToFp32,
@@ -76,67 +77,6 @@ if TYPE_CHECKING:
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 _REDUCTIONS = ("mean", "sum", "none")
-
-
-def _world_size(group: ProcessGroup | None = None) -> int:
-    """Processes in ``group`` (``None``: the default group); 1 when torch.distributed is
-    absent or not initialised. A ``group`` then is an error: it cannot be a real group."""
-    dist = torch.distributed
-    if dist.is_available() and dist.is_initialized():
-        if group is None:
-            return dist.get_world_size()
-        return _group_size(group)
-    if group is not None:
-        raise ConfigurationError(
-            f"group={group!r} was passed to a collective, but torch.distributed is not "
-            "initialised, so no process group can exist; initialise it first "
-            "(torch.distributed.init_process_group or PartialState()) or pass group=None.")
-    return 1
-
-
-def _group_size(group: ProcessGroup) -> int:
-    """Size of an explicit group; torch reports -1 (and would skip every collective
-    silently) for a group this process is not a member of, which is always a mistake."""
-    size = torch.distributed.get_world_size(group)
-    if size < 1:
-        raise ConfigurationError(
-            f"group={group!r}: this process (global rank {torch.distributed.get_rank()}) is not "
-            "a member of that process group; pass the group this process belongs to.")
-    return size
-
-
-def _source_rank(from_process: int, group: ProcessGroup | None) -> int:
-    """The global rank torch needs for ``src``: ``from_process`` itself without a group,
-    else the global rank of the group's rank ``from_process``."""
-    if group is None:
-        return from_process
-    try:
-        return torch.distributed.get_global_rank(group, from_process)
-    except ValueError as error:
-        raise ConfigurationError(
-            f"from_process={from_process!r} is not a rank of group={group!r} (of size "
-            f"{torch.distributed.get_world_size(group)}); with group= it is the rank within "
-            "the group, e.g. 0 for the group's first process.") from error
-
-
-def _collective_device() -> torch.device:
-    """Device for the small helper tensors a collective needs under the current backend."""
-    config = str(torch.distributed.get_backend_config())
-    if "gloo" in config or "mpi" in config:
-        return torch.device("cpu")
-    accelerator = getattr(torch, "accelerator", None)
-    if accelerator is not None and accelerator.is_available():
-        kind = accelerator.current_accelerator().type
-        return torch.device(kind, accelerator.current_device_index())
-    return torch.device("cuda", torch.cuda.current_device())
-
-
-def _local_device(kind: str) -> torch.device:
-    """This process's device of type ``kind`` (its current index for accelerators)."""
-    module = getattr(torch, kind, None) if kind != "cpu" else None
-    if module is not None and hasattr(module, "current_device"):
-        return torch.device(kind, module.current_device())
-    return torch.device(kind)
 
 
 def _leaves(data: Any, strict: bool = True) -> list[torch.Tensor]:

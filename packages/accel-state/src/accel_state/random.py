@@ -178,7 +178,7 @@ def synchronize_rng_state(rng_type: RNGType | str | None = None,
     dist = torch.distributed
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         return
-    from accel_state.operations import _collective_device
+    from accel_state.groups import _collective_device
 
     device = _collective_device()
     if rng_type in (RNGType.XLA, RNGType.NEURON):
