@@ -9,6 +9,8 @@ third-party strategies. The interface is :class:`Strategy` (docs/architecture.md
 from __future__ import annotations
 
 from accel_parallel.ddp import DDPCommunicationHookType, DDPStrategy, DistributedDataParallelKwargs
+from accel_parallel.fsdp import FSDP2Strategy
+from accel_parallel.fsdp_plugin import FullyShardedDataParallelPlugin
 from accel_parallel.rebind import parameter_moves, rebind_optimizer
 from accel_parallel.selection import StrategyConfig, select_strategy
 from accel_parallel.single import SingleDeviceStrategy
@@ -18,7 +20,8 @@ from accel_parallel.unwrap import extract_model_from_parallel, is_sharded_model
 __version__ = "0.2.0"
 
 __all__ = [
-    "DDPCommunicationHookType", "DDPStrategy", "DistributedDataParallelKwargs", "STRATEGIES",
+    "DDPCommunicationHookType", "DDPStrategy", "DistributedDataParallelKwargs", "FSDP2Strategy",
+    "FullyShardedDataParallelPlugin", "STRATEGIES",
     "PrepareRequest", "SingleDeviceStrategy", "Strategy", "StrategyConfig", "SupportsNoSync",
     "extract_model_from_parallel", "is_sharded_model", "parameter_moves", "rebind_optimizer",
     "select_strategy",

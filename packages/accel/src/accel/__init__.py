@@ -20,6 +20,7 @@ _EXPORTS = {
     "synchronize_rng_states": "accel_state",
     "DistributedDataParallelKwargs": "accel_parallel",
     "DDPCommunicationHookType": "accel_parallel",
+    "FullyShardedDataParallelPlugin": "accel_parallel",
     "AutocastKwargs": "accel_precision",
     "GradScalerKwargs": "accel_precision",
     # accel-data
@@ -33,7 +34,11 @@ _EXPORTS = {
 __all__ = [*_EXPORTS, "__version__"]
 
 if TYPE_CHECKING:
-    from accel_parallel import DDPCommunicationHookType, DistributedDataParallelKwargs
+    from accel_parallel import (
+        DDPCommunicationHookType,
+        DistributedDataParallelKwargs,
+        FullyShardedDataParallelPlugin,
+    )
     from accel_checkpoint.project import ProjectConfiguration
     from accel_checkpoint.weights import load_checkpoint_in_model
     from accel_data import DataLoaderConfiguration, skip_first_batches

@@ -11,7 +11,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from accel_parallel import DistributedDataParallelKwargs, Strategy, StrategyConfig, select_strategy
+from accel_parallel import (
+    DistributedDataParallelKwargs,
+    FullyShardedDataParallelPlugin,
+    Strategy,
+    StrategyConfig,
+    select_strategy,
+)
 from accel_precision import (
     AORecipeKwargs,
     AutocastKwargs,
@@ -26,10 +32,11 @@ from accel_state import (
     InitProcessGroupKwargs,
     KwargsHandler,
     PartialState,
+    env,
 )
 
 __all__ = ["Handlers", "collect_handlers", "resolve_precision", "resolve_accumulation",
-           "resolve_strategy"]
+           "resolve_plugins", "resolve_strategy"]
 
 
 @dataclass
@@ -72,12 +79,30 @@ def collect_handlers(kwargs_handlers: Iterable[Any] | None) -> Handlers:
     return handlers
 
 
-def resolve_strategy(state: PartialState, precision: Precision, handlers: Handlers) -> Strategy:
+def resolve_plugins(fsdp_plugin: Any = None) -> dict[str, Any]:
+    """The parallelism plugins by kind, from the arguments or the environment
+    (``ACCELERATE_USE_FSDP=true`` builds the FSDP plugin from the ``FSDP_*`` variables)."""
+    plugins: dict[str, Any] = {}
+    if fsdp_plugin is None and env.USE_FSDP.get_bool():
+        fsdp_plugin = FullyShardedDataParallelPlugin()
+    if fsdp_plugin is not None:
+        if not isinstance(fsdp_plugin, FullyShardedDataParallelPlugin):
+            raise ConfigurationError(
+                f"Accelerator(fsdp_plugin={fsdp_plugin!r}) must be a "
+                "FullyShardedDataParallelPlugin: build one with "
+                "accel.FullyShardedDataParallelPlugin(sharding_strategy=..., ...).")
+        plugins["fsdp"] = fsdp_plugin
+    return plugins
+
+
+def resolve_strategy(state: PartialState, precision: Precision, handlers: Handlers,
+                     plugins: dict[str, Any] | None = None) -> Strategy:
     """The strategy for this configuration, chosen by accel-parallel's registry (each
     strategy says from which configuration it builds itself; ``ACCEL_STRATEGY`` names one).
     The precision is handed over: the strategy decides how it applies."""
     config = StrategyConfig(state=state, precision=precision,
-                            handlers={"ddp": handlers.ddp} if handlers.ddp else {})
+                            handlers={"ddp": handlers.ddp} if handlers.ddp else {},
+                            plugins=plugins or {})
     return select_strategy(config)
 
 

@@ -33,6 +33,7 @@ from accel._precision import PrecisionMixin
 from accel._resolve import (
     collect_handlers,
     resolve_accumulation,
+    resolve_plugins,
     resolve_precision,
     resolve_strategy,
 )
@@ -54,6 +55,8 @@ class Accelerator(PrecisionMixin, DataMixin, _ckpt.CheckpointingMixin, _tracking
         step_scheduler_with_optimizer: step prepared schedulers only when the optimizer steps.
         gradient_accumulation_steps: batches per optimizer step inside :meth:`accumulate`
             (or a ``GradientAccumulationPlugin`` for the finer options).
+        fsdp_plugin: a ``FullyShardedDataParallelPlugin``: shard the models with FSDP2
+            (also ``ACCELERATE_USE_FSDP=true`` with ``FSDP_*`` variables; docs/parallel.md).
         mixed_precision: ``"no"``, ``"fp16"``, ``"bf16"`` or ``"fp8"``; must agree with
             ``accel launch --mixed_precision`` when both are given (see docs/precision.md).
             Precision API: ``accel/_precision.py``.
@@ -67,7 +70,8 @@ class Accelerator(PrecisionMixin, DataMixin, _ckpt.CheckpointingMixin, _tracking
                  log_with: Any = None,
                  mixed_precision: Any = None,
                  split_batches: Any = _UNSET, dataloader_config: Any = None,
-                 project_dir: Any = None, project_config: Any = None) -> None:
+                 project_dir: Any = None, project_config: Any = None,
+                 fsdp_plugin: Any = None) -> None:
         # data options (accel/_data.py): dataloader_config, deprecated split_batches=
         self._dataloader_config = resolve_dataloader_config(split_batches, dataloader_config)
         self._handlers = collect_handlers(kwargs_handlers)
@@ -80,7 +84,8 @@ class Accelerator(PrecisionMixin, DataMixin, _ckpt.CheckpointingMixin, _tracking
         # mixed precision (accel/_precision.py): argument + ACCEL_MIXED_PRECISION + handlers,
         # then the strategy, which receives it (accel_parallel: chosen by the registry)
         self._precision = resolve_precision(mixed_precision, self.state, self._handlers)
-        self._strategy = resolve_strategy(self.state, self._precision, self._handlers)
+        self._strategy = resolve_strategy(self.state, self._precision, self._handlers,
+                                          resolve_plugins(fsdp_plugin))
         self._models: list[torch.nn.Module] = []
         self._optimizers: list[AcceleratedOptimizer] = []
         self._schedulers: list[AcceleratedScheduler] = []
@@ -144,6 +149,11 @@ class Accelerator(PrecisionMixin, DataMixin, _ckpt.CheckpointingMixin, _tracking
     @gradient_accumulation_steps.setter
     def gradient_accumulation_steps(self, steps: int) -> None:
         self.gradient_state.plugin_kwargs["num_steps"] = steps
+
+    @property
+    def is_fsdp2(self) -> bool:
+        """Whether models are sharded with FSDP2 (accel's only FSDP)."""
+        return self.distributed_type == DistributedType.FSDP
 
     @property
     def strategy(self) -> Strategy:

@@ -39,6 +39,7 @@ from accel_checkpoint.weights import (
 from accel_parallel import (
     DDPCommunicationHookType,
     DistributedDataParallelKwargs,
+    FullyShardedDataParallelPlugin,
     extract_model_from_parallel,
 )
 from accel_precision import (

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from accel_checkpoint.project import ProjectConfiguration
 from accel_data import DataLoaderConfiguration
-from accel_parallel import DDPCommunicationHookType, DistributedDataParallelKwargs
+from accel_parallel import (
+    DDPCommunicationHookType,
+    DistributedDataParallelKwargs,
+    FullyShardedDataParallelPlugin,
+)
 from accel_precision.kwargs import (
     AORecipeKwargs,
     AutocastKwargs,
@@ -29,6 +33,7 @@ from accel_tracking import LoggerType
 __all__ = ["AORecipeKwargs", "AutocastKwargs", "BaseEnum", "ComputeEnvironment",
            "DDPCommunicationHookType", "DataLoaderConfiguration", "DistributedDataParallelKwargs",
            "DistributedType", "EnumWithContains", "FP8BackendType", "FP8RecipeKwargs",
+           "FullyShardedDataParallelPlugin",
            "GradScalerKwargs", "GradientAccumulationPlugin", "InitProcessGroupKwargs",
            "KwargsHandler", "LoggerType", "PrecisionType", "ProjectConfiguration", "RNGType",
            "SageMakerDistributedType", "TERecipeKwargs", "TensorInformation"]

@@ -1,0 +1,216 @@
+"""Fully sharded data parallelism with FSDP2 (``torch.distributed.fsdp.fully_shard``).
+
+Chosen when the configuration holds a :class:`FullyShardedDataParallelPlugin`
+(``Accelerator(fsdp_plugin=...)`` or ``ACCELERATE_USE_FSDP=true`` with ``FSDP_*``
+variables). Parameters become DTensors sharded over a one-dimensional mesh (``dp_shard``),
+or a two-dimensional one (``dp_replicate`` × ``dp_shard``) for hybrid sharding and
+``NO_SHARD``. The precision is handed to FSDP2 as dtypes (``MixedPrecisionPolicy``:
+parameters in the low dtype for compute, gradients reduced in fp32, outputs fp32), so a
+bf16 FSDP2 run does not also autocast. Checkpoints are sharded (DCP, every rank its
+shards), which the base :meth:`Strategy.checkpoint_format` already says for DTensor models.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import torch
+from accel_state import ConfigurationError, DistributedType
+
+from accel_parallel.strategy import Strategy
+from accel_parallel.unwrap import is_sharded_model
+
+if TYPE_CHECKING:
+    from accel_precision import Precision
+    from accel_state import PartialState
+
+    from accel_parallel.fsdp_plugin import FullyShardedDataParallelPlugin
+    from accel_parallel.selection import StrategyConfig
+
+__all__ = ["FSDP2Strategy", "CheckpointedForward"]
+
+
+def _fsdp() -> Any:
+    """torch's FSDP2 module (``torch.distributed.fsdp`` since 2.6, the composable one before)."""
+    try:
+        from torch.distributed import fsdp
+
+        fsdp.fully_shard  # noqa: B018 - probe: torch < 2.6 has it elsewhere
+        return fsdp
+    except (ImportError, AttributeError):
+        from torch.distributed._composable import fsdp
+
+        return fsdp
+
+
+class CheckpointedForward:
+    """A module's forward recomputed in backward (activation checkpointing).
+
+    The forward is replaced in place rather than wrapped in another module, so parameter
+    names (and so optimizers, checkpoints and sharding plans) do not change.
+    """
+
+    def __init__(self, forward: Callable[..., Any]) -> None:
+        self.forward = forward
+        functools.update_wrapper(self, forward)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        from torch.utils.checkpoint import checkpoint
+
+        return checkpoint(self.forward, *args, use_reentrant=False, **kwargs)
+
+
+class FSDP2Strategy(Strategy):
+    """Shard parameters, gradients and optimizer state over the processes with FSDP2."""
+
+    name = "fsdp"
+    priority = 50
+
+    def __init__(self, state: PartialState, *, precision: Precision | None = None,
+                 plugin: FullyShardedDataParallelPlugin | None = None, **options: Any) -> None:
+        super().__init__(state, precision=precision, **options)
+        if plugin is None:
+            from accel_parallel.fsdp_plugin import FullyShardedDataParallelPlugin
+
+            plugin = FullyShardedDataParallelPlugin()
+        self.plugin = plugin
+        if self.precision.scaler is not None:
+            raise ConfigurationError(
+                f"mixed_precision={self.precision.name!r} with FSDP2 needs a loss scaler whose "
+                "inf/nan check agrees across the shards, which accel does not have yet; use "
+                "mixed_precision='bf16' (no loss scaling) with FSDP.")
+        plugin.validate_cpu_offload(state.device)
+        self.mesh = self._build_mesh()
+
+    # -- selection -----------------------------------------------------------------------------
+    @classmethod
+    def accepts(cls, config: StrategyConfig) -> bool:
+        return config.plugins.get("fsdp") is not None
+
+    @classmethod
+    def from_config(cls, config: StrategyConfig) -> FSDP2Strategy:
+        if not config.state.use_distributed:
+            raise ConfigurationError(
+                "FSDP was requested (fsdp_plugin= or ACCELERATE_USE_FSDP) but this is a single "
+                "process without torch.distributed: launch several processes with "
+                "`accel launch --num_processes N ...`, or drop the FSDP plugin.")
+        return cls(config.state, precision=config.precision, plugin=config.plugins.get("fsdp"))
+
+    # -- topology ------------------------------------------------------------------------------
+    def _mesh_shape(self) -> tuple[int, int]:
+        """``(dp_replicate, dp_shard)``: replicate over machines and shard within one
+        (hybrid), replicate only (NO_SHARD) or shard over every process."""
+        world = self.state.num_processes
+        if self.plugin.replicate_only:
+            return world, 1
+        if self.plugin.hybrid:
+            local = _local_world(world)
+            if world % local:
+                raise ConfigurationError(
+                    f"Hybrid sharding shards within a machine: {world} processes do not split "
+                    f"into machines of {local}; use FULL_SHARD, or the same number of "
+                    "processes on every machine.")
+            return world // local, local
+        return 1, world
+
+    def _build_mesh(self) -> Any:
+        from torch.distributed.device_mesh import init_device_mesh
+
+        replicate, shard = self._mesh_shape()
+        device = self.state.device.type
+        if replicate == 1:
+            return init_device_mesh(device, (shard,), mesh_dim_names=("dp_shard",))
+        return init_device_mesh(device, (replicate, shard),
+                                mesh_dim_names=("dp_replicate", "dp_shard"))
+
+    @property
+    def distributed_type(self) -> DistributedType:
+        return DistributedType.FSDP
+
+    @property
+    def parallel_sizes(self) -> dict[str, int]:
+        replicate, shard = self._mesh_shape()
+        return {"dp_replicate": replicate, "dp_shard": shard}
+
+    @property
+    def parallel_ranks(self) -> dict[str, int]:
+        _, shard = self._mesh_shape()
+        rank = self.state.process_index
+        return {"dp_replicate": rank // shard, "dp_shard": rank % shard}
+
+    # -- models --------------------------------------------------------------------------------
+    def _mixed_precision_policy(self, root: bool) -> Any:
+        """The plugin's policy, else the precision's dtypes. Only the root unit returns fp32
+        outputs (as autocast's fp32 outputs): inner units hand low-precision activations on
+        to the modules of their parent, whose parameters are in that dtype."""
+        if self.plugin.mixed_precision_policy is not None:
+            return self.plugin.mixed_precision_policy
+        param_dtype = self.precision.param_dtype
+        if param_dtype is None:
+            return _fsdp().MixedPrecisionPolicy()
+        return _fsdp().MixedPrecisionPolicy(
+            param_dtype=param_dtype, reduce_dtype=self.precision.reduce_dtype,
+            output_dtype=torch.float32 if root else None)
+
+    def _shard_options(self, root: bool) -> dict[str, Any]:
+        options: dict[str, Any] = {"mesh": self.mesh,
+                                   "reshard_after_forward": self.plugin.reshard_after_forward,
+                                   "mp_policy": self._mixed_precision_policy(root)}
+        if self.plugin.cpu_offload:
+            options["offload_policy"] = _fsdp().CPUOffloadPolicy()
+        return options
+
+    def prepare_model(self, model: torch.nn.Module, *, device_placement: bool = True,
+                      evaluation_mode: bool = False) -> torch.nn.Module:
+        """Convert layers for the precision, move, checkpoint activations if asked, then
+        ``fully_shard`` the plugin's wrap targets bottom-up and the model last."""
+        model = self.precision.convert_module(model)
+        if device_placement:
+            model = model.to(self.state.device)
+        if is_sharded_model(model) or not any(True for _ in model.parameters()):
+            return model  # sharded by the user, or nothing to shard
+        targets = self.plugin.modules_to_shard(model)
+        if self.plugin.activation_checkpointing:
+            for module in targets or [model]:
+                if not isinstance(module.forward, CheckpointedForward):
+                    module.forward = CheckpointedForward(module.forward)
+        ignored = self.plugin.ignored_params(model)
+        extra = {"ignored_params": ignored} if ignored else {}
+        fully_shard = _fsdp().fully_shard
+        for module in targets:
+            fully_shard(module, **self._shard_options(root=False), **extra)
+        fully_shard(model, **self._shard_options(root=True), **extra)
+        return model
+
+    # -- the step ------------------------------------------------------------------------------
+    def no_sync(self, model: torch.nn.Module) -> contextlib.AbstractContextManager[None]:
+        """Keep gradients unreduced (and unsharded) on accumulation micro-steps."""
+        if hasattr(model, "set_requires_gradient_sync"):
+            return _without_gradient_sync(model)
+        return super().no_sync(model)
+
+    def clip_grad_norm_(self, parameters: Any, max_norm: float,
+                        norm_type: float = 2) -> torch.Tensor:
+        """Clip by the norm of the whole (sharded) gradient; returns it as a plain tensor."""
+        norm = torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
+        full_tensor = getattr(norm, "full_tensor", None)
+        return full_tensor() if full_tensor is not None else norm
+
+
+@contextlib.contextmanager
+def _without_gradient_sync(model: Any) -> Iterator[None]:
+    model.set_requires_gradient_sync(False)
+    try:
+        yield
+    finally:
+        model.set_requires_gradient_sync(True)
+
+
+def _local_world(world: int) -> int:
+    """Processes on this machine (``LOCAL_WORLD_SIZE``), else every process."""
+    from accel_state import env
+
+    return env.LOCAL_WORLD_SIZE.get_int(world) or world

@@ -1,0 +1,48 @@
+"""The FSDP2 strategy's selection and refusals (training itself: tests/integration, 2 processes)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from accel_parallel import (
+    FSDP2Strategy,
+    FullyShardedDataParallelPlugin,
+    StrategyConfig,
+    select_strategy,
+)
+from accel_parallel.fsdp import CheckpointedForward
+from accel_precision import BF16Precision, NoPrecision
+from accel_state import ConfigurationError, PartialState
+
+
+@pytest.fixture
+def state():
+    PartialState._reset_state()
+    yield PartialState(cpu=True)
+    PartialState._reset_state()
+
+
+def test_fsdp_is_chosen_by_its_plugin_and_needs_several_processes(state):
+    config = StrategyConfig(state=state, precision=NoPrecision(),
+                            plugins={"fsdp": FullyShardedDataParallelPlugin()})
+    assert FSDP2Strategy.accepts(config)
+    assert not FSDP2Strategy.accepts(StrategyConfig(state=state, precision=NoPrecision()))
+    with pytest.raises(ConfigurationError, match="accel launch --num_processes"):
+        select_strategy(config)  # FSDP outranks single and DDP, then refuses one process
+
+
+def test_fsdp_shards_a_model_on_a_one_process_group(state, gloo_group):
+    strategy = FSDP2Strategy(state, precision=BF16Precision(device="cpu"),
+                             plugin=FullyShardedDataParallelPlugin(activation_checkpointing=True,
+                                                                   auto_wrap_policy="NO_WRAP"))
+    model = strategy.prepare_model(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()))
+    assert strategy.checkpoint_format([model]) == "sharded"
+    assert isinstance(model.forward, CheckpointedForward)
+    out = model(torch.ones(2, 4))
+    assert out.dtype == torch.float32  # bf16 compute, fp32 output (the precision's policy)
+    out.sum().backward()
+    with strategy.accumulation_context([model], sync=False):
+        pass
+    norm = strategy.clip_grad_norm_(model.parameters(), 1e3)
+    assert type(norm) is torch.Tensor and norm > 0
+    assert strategy.parallel_sizes == {"dp_replicate": 1, "dp_shard": 1}

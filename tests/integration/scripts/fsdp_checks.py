@@ -1,0 +1,122 @@
+"""FSDP2 through the unchanged Accelerator, in 2 processes. argv[1]: a scratch directory.
+
+The same seeded model and data, with the optimizer built before ``prepare`` (re-bound to
+the sharded parameters) and 2 accumulated batches per step, trained by DDP and by FSDP2
+with FULL_SHARD (auto-wrapped by the model's ``_no_split_modules``), SHARD_GRAD_OP and
+NO_SHARD: the gradient norms and the final weights agree. Then a sharded save_state /
+load_state round trip, and a bf16 run whose parameters are sharded in fp32 and computed
+in bf16 through FSDP2's mixed-precision policy.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+from accel import Accelerator, FullyShardedDataParallelPlugin
+from accel_checkpoint.manifest import read_manifest
+from accel_state import DistributedType
+from torch import nn
+from torch.distributed.tensor import DTensor
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.linear(x))
+
+
+class Net(nn.Module):
+    _no_split_modules = ["Block"]  # the transformers convention FSDP's auto-wrap reads
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inp = nn.Linear(6, 16)
+        self.blocks = nn.Sequential(Block(), Block())
+        self.out = nn.Linear(16, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(self.blocks(self.inp(x)))
+
+
+def _data() -> TensorDataset:
+    generator = torch.Generator().manual_seed(1)
+    x = torch.randn(64, 6, generator=generator)
+    return TensorDataset(x, (x.sum(dim=1, keepdim=True) > 0).float())
+
+
+def run(plugin: FullyShardedDataParallelPlugin | None, mixed_precision: str = "no") -> dict:
+    torch.manual_seed(0)
+    model = Net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.2, momentum=0.9)  # before prepare
+    accelerator = Accelerator(cpu=True, fsdp_plugin=plugin, gradient_accumulation_steps=2,
+                              mixed_precision=mixed_precision)
+    model, optimizer, loader = accelerator.prepare(model, optimizer,
+                                                   DataLoader(_data(), batch_size=4))
+    norms = []
+    for xb, yb in loader:
+        with accelerator.accumulate(model):
+            loss = nn.functional.binary_cross_entropy_with_logits(model(xb), yb)
+            assert loss.dtype == torch.float32, loss.dtype
+            accelerator.backward(loss)
+            if accelerator.sync_gradients:
+                norms.append(float(accelerator.clip_grad_norm_(model.parameters(), 1e3)))
+            optimizer.step()
+            optimizer.zero_grad()
+    full = accelerator.get_state_dict(model)
+    return {"accelerator": accelerator, "model": model, "norms": norms, "full": full,
+            "optimizer": optimizer}
+
+
+def compare(name: str, got: dict, expected: dict) -> None:
+    torch.testing.assert_close(torch.tensor(got["norms"]), torch.tensor(expected["norms"]),
+                               rtol=1e-4, atol=1e-5, msg=lambda m: f"{name} norms: {m}")
+    if got["accelerator"].is_main_process:
+        for key, value in expected["full"].items():
+            torch.testing.assert_close(got["full"][key], value, rtol=1e-4, atol=1e-5,
+                                       msg=lambda m, k=key: f"{name} {k}: {m}")
+
+
+def main(scratch: Path) -> None:
+    ddp = run(None)
+    assert ddp["accelerator"].distributed_type == DistributedType.MULTI_CPU
+    full = run(FullyShardedDataParallelPlugin(sharding_strategy="FULL_SHARD",
+                                              auto_wrap_policy="TRANSFORMER_BASED_WRAP"))
+    accelerator, model = full["accelerator"], full["model"]
+    assert accelerator.distributed_type == DistributedType.FSDP and accelerator.is_fsdp2
+    assert all(isinstance(p, DTensor) for p in model.parameters())
+    wrapped = [type(m).__name__ for m in model.modules() if hasattr(m, "unshard")]
+    assert wrapped.count("FSDPBlock") == 2 and "FSDPNet" in wrapped, wrapped
+    params = {id(p) for p in model.parameters()}
+    assert all(id(p) in params for g in full["optimizer"].param_groups for p in g["params"])
+    compare("FULL_SHARD", full, ddp)
+    compare("SHARD_GRAD_OP", run(FullyShardedDataParallelPlugin(
+        sharding_strategy="SHARD_GRAD_OP")), ddp)
+    compare("NO_SHARD", run(FullyShardedDataParallelPlugin(sharding_strategy="NO_SHARD")), ddp)
+
+    # sharded checkpoint of the FULL_SHARD run: every rank its shards, exact round trip
+    saved = {k: v.full_tensor().clone() for k, v in model.state_dict().items()}
+    path = accelerator.save_state(scratch / "fsdp")
+    assert read_manifest(path).layout == "sharded"
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(1.0)
+    accelerator.load_state(path)
+    for key, value in model.state_dict().items():
+        assert torch.equal(value.full_tensor(), saved[key]), key
+
+    bf16 = run(FullyShardedDataParallelPlugin(auto_wrap_policy="TRANSFORMER_BASED_WRAP"),
+               mixed_precision="bf16")  # nested units: inner outputs stay bf16
+    policy_dtypes = {p.dtype for p in bf16["model"].parameters()}
+    assert policy_dtypes == {torch.float32}, policy_dtypes  # sharded master weights stay fp32
+    assert all(n == n for n in bf16["norms"]), bf16["norms"]  # finite
+    print(f"FSDP-OK rank={accelerator.process_index}", flush=True)
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))
