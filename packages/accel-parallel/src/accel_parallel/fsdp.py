@@ -156,8 +156,11 @@ class FSDP2Strategy(Strategy):
             output_dtype=torch.float32 if root else None)
 
     def _shard_options(self, root: bool) -> dict[str, Any]:
-        options: dict[str, Any] = {"mesh": self.mesh,
-                                   "reshard_after_forward": self.plugin.reshard_after_forward,
+        """``fully_shard`` arguments. The root unit is never resharded after forward (as
+        torch's own default does): backward starts with it, so it would be gathered again
+        at once; the plugin's ``reshard_after_forward`` applies to every inner unit."""
+        reshard = self.plugin.reshard_after_forward and not root
+        options: dict[str, Any] = {"mesh": self.mesh, "reshard_after_forward": reshard,
                                    "mp_policy": self._mixed_precision_policy(root)}
         if self.plugin.cpu_offload:
             options["offload_policy"] = _fsdp().CPUOffloadPolicy()
