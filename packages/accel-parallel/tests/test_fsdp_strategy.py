@@ -46,3 +46,15 @@ def test_fsdp_shards_a_model_on_a_one_process_group(state, gloo_group):
     norm = strategy.clip_grad_norm_(model.parameters(), 1e3)
     assert type(norm) is torch.Tensor and norm > 0
     assert strategy.parallel_sizes == {"dp_replicate": 1, "dp_shard": 1}
+
+
+def test_meta_models_need_weights_from_the_main_process(state, gloo_group):
+    with torch.device("meta"):
+        model = torch.nn.Linear(4, 4)
+    plain = FSDP2Strategy(state, plugin=FullyShardedDataParallelPlugin(sync_module_states=False))
+    with pytest.raises(ConfigurationError, match="sync_module_states=True"):
+        plain.prepare_model(model)
+    synced = FSDP2Strategy(state, plugin=FullyShardedDataParallelPlugin(
+        cpu_ram_efficient_loading=True))
+    with pytest.raises(ConfigurationError, match="main process's model is on the meta device"):
+        synced.prepare_model(model)  # this one process is the main process

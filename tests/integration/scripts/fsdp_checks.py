@@ -4,8 +4,9 @@ The same seeded model and data, with the optimizer built before ``prepare`` (re-
 the sharded parameters) and 2 accumulated batches per step, trained by DDP and by FSDP2
 with FULL_SHARD (auto-wrapped by the model's ``_no_split_modules``), SHARD_GRAD_OP and
 NO_SHARD: the gradient norms and the final weights agree. Then a sharded save_state /
-load_state round trip, and a bf16 run whose parameters are sharded in fp32 and computed
-in bf16 through FSDP2's mixed-precision policy.
+load_state round trip; weights broadcast from the main process into the shards
+(``cpu_ram_efficient_loading``: the other rank builds its model on the meta device); and a
+bf16 run whose parameters are sharded in fp32 and computed in bf16 through FSDP2's policy.
 """
 
 from __future__ import annotations
@@ -109,6 +110,21 @@ def main(scratch: Path) -> None:
     accelerator.load_state(path)
     for key, value in model.state_dict().items():
         assert torch.equal(value.full_tensor(), saved[key]), key
+
+    # weights from the main process only: the other rank builds its model on the meta device
+    torch.manual_seed(5)
+    if accelerator.is_main_process:
+        source = Net()
+    else:
+        with torch.device("meta"):
+            source = Net()
+    torch.manual_seed(5)
+    expected = {k: v.clone() for k, v in Net().state_dict().items()}  # rank 0's weights
+    synced = Accelerator(cpu=True, fsdp_plugin=FullyShardedDataParallelPlugin(
+        cpu_ram_efficient_loading=True, auto_wrap_policy="TRANSFORMER_BASED_WRAP"))
+    source = synced.prepare(source)
+    for key, value in source.state_dict().items():
+        assert torch.equal(value.full_tensor(), expected[key]), key
 
     bf16 = run(FullyShardedDataParallelPlugin(auto_wrap_policy="TRANSFORMER_BASED_WRAP"),
                mixed_precision="bf16")  # nested units: inner outputs stay bf16

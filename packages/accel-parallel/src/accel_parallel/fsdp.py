@@ -171,10 +171,12 @@ class FSDP2Strategy(Strategy):
         """Convert layers for the precision, move, checkpoint activations if asked, then
         ``fully_shard`` the plugin's wrap targets bottom-up and the model last."""
         model = self.precision.convert_module(model)
-        if device_placement:
+        on_meta = any(t.is_meta for t in (*model.parameters(), *model.buffers()))
+        if device_placement and not on_meta:
             model = model.to(self.state.device)
         if is_sharded_model(model) or not any(True for _ in model.parameters()):
             return model  # sharded by the user, or nothing to shard
+        source = self._weights_to_broadcast(model, on_meta)
         targets = self.plugin.modules_to_shard(model)
         if self.plugin.activation_checkpointing:
             for module in targets or [model]:
@@ -186,7 +188,30 @@ class FSDP2Strategy(Strategy):
         for module in targets:
             fully_shard(module, **self._shard_options(root=False), **extra)
         fully_shard(model, **self._shard_options(root=True), **extra)
+        if on_meta:
+            model.to_empty(device=self.state.device)  # allocate this rank's shards only
+        if source is not None:
+            _broadcast_from_main(model, source)
         return model
+
+    def _weights_to_broadcast(self, model: torch.nn.Module, on_meta: bool) -> dict | None:
+        """With ``sync_module_states`` (implied by ``cpu_ram_efficient_loading``) the main
+        process's weights are broadcast into every rank's shards after sharding; the other
+        ranks may have built the model on the meta device (no memory for the weights).
+        Returns the main process's full state dict (``{}`` elsewhere), or None."""
+        if not (self.plugin.sync_module_states or on_meta):
+            return None
+        if on_meta and not self.plugin.sync_module_states:
+            raise ConfigurationError(
+                "A model on the meta device has no weights to shard: set "
+                "FullyShardedDataParallelPlugin(sync_module_states=True) (or "
+                "cpu_ram_efficient_loading=True) so they are broadcast from the main process.")
+        if on_meta and self.state.is_main_process:
+            raise ConfigurationError(
+                "The main process's model is on the meta device: with "
+                "cpu_ram_efficient_loading / sync_module_states the weights come from the main "
+                "process, so load them there (the other processes may use the meta device).")
+        return model.state_dict() if self.state.is_main_process else {}
 
     # -- the step ------------------------------------------------------------------------------
     def no_sync(self, model: torch.nn.Module) -> contextlib.AbstractContextManager[None]:
@@ -201,6 +226,14 @@ class FSDP2Strategy(Strategy):
         norm = torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
         full_tensor = getattr(norm, "full_tensor", None)
         return full_tensor() if full_tensor is not None else norm
+
+
+def _broadcast_from_main(model: torch.nn.Module, full_state: dict) -> None:
+    """Fill every rank's shards (and buffers) from the main process's full state dict."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+    set_model_state_dict(model, full_state, options=StateDictOptions(
+        full_state_dict=True, broadcast_from_rank0=True))
 
 
 @contextlib.contextmanager
