@@ -13,22 +13,41 @@ def test_fsdp_plugin_must_be_the_plugin_class():
         Accelerator(cpu=True, fsdp_plugin={"sharding_strategy": "FULL_SHARD"})
 
 
-def test_accelerate_use_fsdp_selects_fsdp_and_one_process_is_refused(monkeypatch):
+def test_accelerate_use_fsdp_selects_fsdp_from_the_environment(monkeypatch):
+    import torch
+    import torch.distributed as dist
+    from accel_state import DistributedType
+
     monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
     monkeypatch.setenv("FSDP_SHARDING_STRATEGY", "SHRAD_GRAD_OP")
     with pytest.raises(ConfigurationError, match="SHRAD_GRAD_OP"):
         Accelerator(cpu=True)  # the plugin is built from FSDP_* and checks them
     monkeypatch.setenv("FSDP_SHARDING_STRATEGY", "SHARD_GRAD_OP")
-    with pytest.raises(ConfigurationError, match="accel launch --num_processes"):
-        Accelerator(cpu=True)
+    try:
+        accelerator = Accelerator(cpu=True)  # one process: FSDP2 on a group of its own
+        assert accelerator.distributed_type == DistributedType.FSDP
+        assert accelerator.strategy.plugin.reshard_after_forward is False
+        model = accelerator.prepare(torch.nn.Linear(2, 2))
+        assert accelerator.strategy.checkpoint_format([model]) == "sharded"
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
 
 
 @pytest.mark.multiprocess
-def test_fsdp_matches_ddp_and_checkpoints_in_two_processes(explain, launch, scripts, tmp_path):
+def test_fsdp_matches_ddp_checkpoints_and_reshards(explain, launch, scripts, tmp_path):
     proc = launch("--cpu", "--num_processes", "2", str(scripts / "fsdp_checks.py"),
                   str(tmp_path))
     assert proc.returncode == 0, explain(proc)
     assert "FSDP-OK rank=0" in proc.stdout and "FSDP-OK rank=1" in proc.stdout, explain(proc)
+    # resharding: the 2-process checkpoint into 1 process, and that one's back into 2
+    one = launch("--cpu", "--num_processes", "1", str(scripts / "fsdp_reshard.py"),
+                 str(tmp_path / "fsdp"), str(tmp_path / "fsdp_output.pt"), str(tmp_path / "one"))
+    assert one.returncode == 0 and "RESHARD-OK world=1" in one.stdout, explain(one)
+    two = launch("--cpu", "--num_processes", "2", str(scripts / "fsdp_reshard.py"),
+                 str(tmp_path / "one"), str(tmp_path / "one_output.pt"), str(tmp_path / "two"))
+    assert two.returncode == 0, explain(two)
+    assert "RESHARD-OK world=2 rank=1" in two.stdout, explain(two)
 
 
 @pytest.mark.multiprocess

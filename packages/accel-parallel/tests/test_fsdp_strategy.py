@@ -22,13 +22,22 @@ def state():
     PartialState._reset_state()
 
 
-def test_fsdp_is_chosen_by_its_plugin_and_needs_several_processes(state):
+def test_fsdp_is_chosen_by_its_plugin_and_runs_in_one_process(state):
+    import torch.distributed as dist
+
     config = StrategyConfig(state=state, precision=NoPrecision(),
                             plugins={"fsdp": FullyShardedDataParallelPlugin()})
     assert FSDP2Strategy.accepts(config)
     assert not FSDP2Strategy.accepts(StrategyConfig(state=state, precision=NoPrecision()))
-    with pytest.raises(ConfigurationError, match="accel launch --num_processes"):
-        select_strategy(config)  # FSDP outranks single and DDP, then refuses one process
+    assert not dist.is_initialized()
+    try:
+        strategy = select_strategy(config)  # FSDP outranks single and DDP
+        assert isinstance(strategy, FSDP2Strategy)
+        assert dist.is_initialized() and dist.get_world_size() == 1  # a group of its own
+        model = strategy.prepare_model(torch.nn.Linear(3, 3))
+        assert strategy.checkpoint_format([model]) == "sharded"
+    finally:
+        dist.destroy_process_group()
 
 
 def test_fsdp_shards_a_model_on_a_one_process_group(state, gloo_group):

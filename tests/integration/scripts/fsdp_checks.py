@@ -51,6 +51,12 @@ def _data() -> TensorDataset:
     return TensorDataset(x, (x.sum(dim=1, keepdim=True) > 0).float())
 
 
+def fixed_output(model: nn.Module) -> torch.Tensor:
+    """The model's output on a fixed input (a collective under FSDP2: call on every rank)."""
+    with torch.no_grad():
+        return model(torch.randn(5, 6, generator=torch.Generator().manual_seed(3))).detach()
+
+
 def run(plugin: FullyShardedDataParallelPlugin | None, mixed_precision: str = "no") -> dict:
     torch.manual_seed(0)
     model = Net()
@@ -110,6 +116,9 @@ def main(scratch: Path) -> None:
     accelerator.load_state(path)
     for key, value in model.state_dict().items():
         assert torch.equal(value.full_tensor(), saved[key]), key
+    output = fixed_output(model)  # recorded for the resharding runs (fsdp_reshard.py)
+    if accelerator.is_main_process:
+        torch.save(output, scratch / "fsdp_output.pt")
 
     # weights from the main process only: the other rank builds its model on the meta device
     torch.manual_seed(5)

@@ -92,11 +92,7 @@ class FSDP2Strategy(Strategy):
 
     @classmethod
     def from_config(cls, config: StrategyConfig) -> FSDP2Strategy:
-        if not config.state.use_distributed:
-            raise ConfigurationError(
-                "FSDP was requested (fsdp_plugin= or ACCELERATE_USE_FSDP) but this is a single "
-                "process without torch.distributed: launch several processes with "
-                "`accel launch --num_processes N ...`, or drop the FSDP plugin.")
+        _ensure_process_group(config.state)
         return cls(config.state, precision=config.precision, plugin=config.plugins.get("fsdp"))
 
     # -- topology ------------------------------------------------------------------------------
@@ -226,6 +222,23 @@ class FSDP2Strategy(Strategy):
         norm = torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
         full_tensor = getattr(norm, "full_tensor", None)
         return full_tensor() if full_tensor is not None else norm
+
+
+def _ensure_process_group(state: PartialState) -> None:
+    """FSDP2 runs on a process group; a single process gets one of its own (an in-memory
+    store, nothing to connect to), so a sharded checkpoint of N processes loads into one."""
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        raise ConfigurationError(
+            "FSDP needs torch.distributed, which this torch build lacks: install a torch build "
+            "with distributed support, or drop the FSDP plugin.")
+    if dist.is_initialized():
+        return
+    from accel_state.detect import backend_for_device
+
+    dist.init_process_group(backend_for_device(state.device.type), store=dist.HashStore(),
+                            rank=0, world_size=1)
 
 
 def _broadcast_from_main(model: torch.nn.Module, full_state: dict) -> None:
