@@ -3,7 +3,8 @@
 The same seeded model and data, with the optimizer built before ``prepare`` (re-bound to
 the sharded parameters) and 2 accumulated batches per step, trained by DDP and by FSDP2
 with FULL_SHARD (auto-wrapped by the model's ``_no_split_modules``), SHARD_GRAD_OP and
-NO_SHARD: the gradient norms and the final weights agree. Then a sharded save_state /
+NO_SHARD, with the optimizer built after ``prepare`` and with activation checkpointing:
+the gradient norms and the final weights agree. Then a sharded save_state /
 load_state round trip; weights broadcast from the main process into the shards
 (``cpu_ram_efficient_loading``: the other rank builds its model on the meta device); and a
 bf16 run whose parameters are sharded in fp32 and computed in bf16 through FSDP2's policy.
@@ -57,14 +58,20 @@ def fixed_output(model: nn.Module) -> torch.Tensor:
         return model(torch.randn(5, 6, generator=torch.Generator().manual_seed(3))).detach()
 
 
-def run(plugin: FullyShardedDataParallelPlugin | None, mixed_precision: str = "no") -> dict:
+def run(plugin: FullyShardedDataParallelPlugin | None, mixed_precision: str = "no",
+        optimizer_after_prepare: bool = False) -> dict:
     torch.manual_seed(0)
     model = Net()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.2, momentum=0.9)  # before prepare
     accelerator = Accelerator(cpu=True, fsdp_plugin=plugin, gradient_accumulation_steps=2,
                               mixed_precision=mixed_precision)
-    model, optimizer, loader = accelerator.prepare(model, optimizer,
-                                                   DataLoader(_data(), batch_size=4))
+    if optimizer_after_prepare:  # built on the sharded parameters
+        model = accelerator.prepare(model)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.2, momentum=0.9)
+        optimizer, loader = accelerator.prepare(optimizer, DataLoader(_data(), batch_size=4))
+    else:  # built before prepare: re-bound to the sharded parameters
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.2, momentum=0.9)
+        model, optimizer, loader = accelerator.prepare(model, optimizer,
+                                                       DataLoader(_data(), batch_size=4))
     norms = []
     for xb, yb in loader:
         with accelerator.accumulate(model):
@@ -105,6 +112,10 @@ def main(scratch: Path) -> None:
     compare("SHARD_GRAD_OP", run(FullyShardedDataParallelPlugin(
         sharding_strategy="SHARD_GRAD_OP")), ddp)
     compare("NO_SHARD", run(FullyShardedDataParallelPlugin(sharding_strategy="NO_SHARD")), ddp)
+    compare("optimizer after prepare", run(FullyShardedDataParallelPlugin(),
+                                           optimizer_after_prepare=True), ddp)
+    compare("activation checkpointing", run(FullyShardedDataParallelPlugin(
+        auto_wrap_policy="TRANSFORMER_BASED_WRAP", activation_checkpointing=True)), ddp)
 
     # sharded checkpoint of the FULL_SHARD run: every rank its shards, exact round trip
     saved = {k: v.full_tensor().clone() for k, v in model.state_dict().items()}
