@@ -197,3 +197,21 @@ def test_mixed_precision_conflict_between_code_and_launcher_is_an_error(monkeypa
     with pytest.raises(ConfigurationError, match=r"mixed_precision='fp16'.*"
                                                  r"ACCELERATE_MIXED_PRECISION=bf16"):
         Accelerator(cpu=True, mixed_precision="fp16")
+
+
+def test_scheduler_steps_once_per_data_parallel_replica_unless_batches_are_split():
+    from accel import DataLoaderConfiguration
+
+    model, optimizer, _, scheduler = _objects()
+    replicated = AcceleratedScheduler(scheduler, [optimizer], num_processes=3)
+    replicated.step()  # one optimizer step covers 3 replicas' batches
+    assert scheduler.last_epoch == 3
+    split = AcceleratedScheduler(scheduler, [optimizer], split_batches=True, num_processes=3)
+    split.step()  # the batch itself was split: one step of the schedule
+    assert scheduler.last_epoch == 4
+    accelerator = Accelerator(cpu=True, dataloader_config=DataLoaderConfiguration(
+        split_batches=True))
+    model, optimizer, _, scheduler = _objects()
+    _, _, prepared = accelerator.prepare(model, optimizer, scheduler)
+    assert prepared.split_batches is True  # the facade passes its data options on
+    assert prepared.num_processes == accelerator.strategy.dp_size == 1
