@@ -200,6 +200,9 @@ def save_rank_state(directory: str | os.PathLike[str], writer: RankCheckpointWri
     staging = Path(broadcast(str(new_staging_dir(final)) if rank == 0 else None, on))
     error = _failure(gather(_prepare(prepare_dir, staging), on))
     prepared = listing(staging) if rank == 0 and error is None else set()
+    # No rank may write before rank 0 has listed what the hooks wrote: a rank file that is
+    # already there would be taken for a hook's file (and refused as overwritten).
+    broadcast(None, on)
     results: list[dict[str, Any]] = []
     if error is None:
         results = gather(_write_rank(writer, staging, objects, replicated, data, rng, rank,
