@@ -14,38 +14,18 @@ from typing import TYPE_CHECKING
 
 import torch.distributed as dist
 from accel_state.errors import ConfigurationError
+from accel_state.groups import group_size
 
 from accel_data.sharding import _check_world
 
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
 
-__all__ = ["group_size", "group_source", "resolve_world"]
+__all__ = ["group_source", "resolve_world"]
 
 
 def _live() -> bool:
     return dist.is_available() and dist.is_initialized()
-
-
-def group_size(group: ProcessGroup | None, owner: str) -> int:
-    """Processes in ``group`` (``None``: the whole world; 1 without torch.distributed).
-
-    A group needs an initialised torch.distributed and this process as a member: torch
-    would otherwise skip every collective on it silently (size -1).
-    """
-    if group is None:
-        return dist.get_world_size() if _live() else 1
-    if not _live():
-        raise ConfigurationError(
-            f"{owner} got group={group!r}, but torch.distributed is not initialised, so no "
-            "process group can exist; initialise it first (torch.distributed."
-            "init_process_group or PartialState()) or pass group=None.")
-    size = dist.get_world_size(group)
-    if size < 1:
-        raise ConfigurationError(
-            f"{owner} got group={group!r}, but this process (global rank {dist.get_rank()}) "
-            "is not a member of it; pass the data-parallel group this process belongs to.")
-    return size
 
 
 def resolve_world(num_processes: int | None, process_index: int | None,
@@ -57,10 +37,9 @@ def resolve_world(num_processes: int | None, process_index: int | None,
     ``num_processes`` parts to a group of another size would wait forever.
     """
     if group is None:
-        live = _live()
-        num = num_processes if num_processes is not None else (
-            dist.get_world_size() if live else 1)
-        index = process_index if process_index is not None else (dist.get_rank() if live else 0)
+        num = num_processes if num_processes is not None else group_size(None)
+        index = process_index if process_index is not None else (
+            dist.get_rank() if _live() else 0)
         _check_world(num, index)
         return num, index
     size = group_size(group, owner)

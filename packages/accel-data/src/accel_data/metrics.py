@@ -15,10 +15,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import torch
+from accel_state.groups import group_size
 from accel_state.operations import gather, gather_object, recursively_apply
 from accel_state.state import GradientState
 
-from accel_data.groups import group_size
 
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup

@@ -18,33 +18,31 @@ from accel_state.errors import ConfigurationError
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
 
-__all__: list[str] = []  # internal helpers; the public API is accel_state.operations
+__all__ = ["group_size"]  # the other helpers are internal to the collectives
 
 
-def _world_size(group: ProcessGroup | None = None) -> int:
-    """Processes in ``group`` (``None``: the default group); 1 when torch.distributed is
-    absent or not initialised. A ``group`` then is an error: it cannot be a real group."""
+def group_size(group: ProcessGroup | None = None, owner: str = "a collective") -> int:
+    """Processes in ``group`` (``None``: the default group; 1 when torch.distributed is absent
+    or not initialised). ``owner`` names the caller in the errors.
+
+    A ``group`` needs an initialised torch.distributed and this process as a member: torch
+    reports -1 for a group this process is not in and would skip every collective on it
+    silently, which is always a mistake.
+    """
     dist = torch.distributed
-    if dist.is_available() and dist.is_initialized():
-        if group is None:
-            return dist.get_world_size()
-        return _group_size(group)
-    if group is not None:
+    live = dist.is_available() and dist.is_initialized()
+    if group is None:
+        return dist.get_world_size() if live else 1
+    if not live:
         raise ConfigurationError(
-            f"group={group!r} was passed to a collective, but torch.distributed is not "
-            "initialised, so no process group can exist; initialise it first "
-            "(torch.distributed.init_process_group or PartialState()) or pass group=None.")
-    return 1
-
-
-def _group_size(group: ProcessGroup) -> int:
-    """Size of an explicit group; torch reports -1 (and would skip every collective
-    silently) for a group this process is not a member of, which is always a mistake."""
-    size = torch.distributed.get_world_size(group)
+            f"{owner} got group={group!r}, but torch.distributed is not initialised, so no "
+            "process group can exist; initialise it first (torch.distributed."
+            "init_process_group or PartialState()) or pass group=None.")
+    size = dist.get_world_size(group)
     if size < 1:
         raise ConfigurationError(
-            f"group={group!r}: this process (global rank {torch.distributed.get_rank()}) is not "
-            "a member of that process group; pass the group this process belongs to.")
+            f"{owner} got group={group!r}, but this process (global rank {dist.get_rank()}) "
+            "is not a member of it; pass the process group this process belongs to.")
     return size
 
 

@@ -33,7 +33,7 @@ from accel_state.errors import (
     DistributedError,
     DistributedOperationException,
 )
-from accel_state.groups import _collective_device, _local_device, _source_rank, _world_size
+from accel_state.groups import _collective_device, _local_device, _source_rank, group_size
 from accel_state.structures import (
     CannotPadNestedTensorWarning,
     ConvertOutputsToFp32,
@@ -118,7 +118,7 @@ def verify_operation(function: _F) -> _F:
     @functools.wraps(function)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         group = kwargs.get("group")
-        if _world_size(group) == 1 or not env.DEBUG_MODE.get_bool(False):
+        if group_size(group) == 1 or not env.DEBUG_MODE.get_bool(False):
             return function(*args, **kwargs)
         operation = f"{function.__module__}.{function.__name__}"
         data = _first_tensor_argument(args, kwargs)
@@ -182,7 +182,7 @@ def gather(tensor: Any, *, group: ProcessGroup | None = None) -> Any:
     0-d tensors become 1-d (one value per process). All ranks must pass the same shapes.
     ``group``: gather among its processes only (in group-rank order); ``None``: all.
     """
-    world = _world_size(group)
+    world = group_size(group)
     if world == 1:
         return tensor
     return recursively_apply(_gather_one, tensor, world, group, error_on_other_type=True)
@@ -196,7 +196,7 @@ def gather_object(object: Any, *,  # noqa: A002 - Accelerate's argument name
     Accelerate (``gather_object([x])`` -> one item per rank); otherwise it is the list
     of the per-rank objects. ``group``: among its processes only; ``None``: all.
     """
-    world = _world_size(group)
+    world = group_size(group)
     if world == 1:
         if isinstance(object, list):
             return object
@@ -223,7 +223,7 @@ def broadcast(tensor: Any, from_process: int = 0, *,
     one it is the rank *within* ``group`` (0: the group's first process), converted with
     ``torch.distributed.get_global_rank``, so the same call works in every group.
     """
-    if _world_size(group) == 1:
+    if group_size(group) == 1:
         return tensor
     return recursively_apply(_broadcast_one, tensor, error_on_other_type=True,
                              src=_source_rank(from_process, group), group=group)
@@ -236,7 +236,7 @@ def broadcast_object_list(object_list: list[Any], from_process: int = 0, *,
     ``from_process`` is a global rank without ``group`` and the rank within ``group``
     with one, as in :func:`broadcast`.
     """
-    if _world_size(group) > 1:
+    if group_size(group) > 1:
         torch.distributed.broadcast_object_list(
             object_list, src=_source_rank(from_process, group), group=group)
     return object_list
@@ -267,7 +267,7 @@ def reduce(tensor: Any, reduction: str = "mean", scale: float = 1.0, *,
     if reduction not in _REDUCTIONS:
         raise ConfigurationError(
             f"Unknown reduction {reduction!r}: use one of {', '.join(map(repr, _REDUCTIONS))}.")
-    return recursively_apply(_reduce_one, tensor, _world_size(group), error_on_other_type=True,
+    return recursively_apply(_reduce_one, tensor, group_size(group), error_on_other_type=True,
                              reduction=reduction, scale=scale, group=group)
 
 
@@ -310,7 +310,7 @@ def pad_across_processes(tensor: Any, dim: int = 0, pad_index: Any = 0,
         warnings.warn("Cannot pad a nested tensor across processes: it has no single size "
                       "along a dimension. It is returned unchanged.",
                       CannotPadNestedTensorWarning, stacklevel=3)
-    world = _world_size(group)
+    world = group_size(group)
     if world == 1:
         return tensor
     device = leaves[0].device if leaves else _collective_device()
@@ -340,7 +340,7 @@ def copy_tensor_to_devices(tensor: torch.Tensor | None = None) -> torch.Tensor:
     Unlike :func:`broadcast`, the receivers need not know its shape or dtype. When more
     than one process passes a tensor, the lowest rank's wins.
     """
-    world = _world_size()
+    world = group_size()
     info = None if tensor is None else (tuple(tensor.shape), tensor.dtype, tensor.device.type)
     infos = [info] if world == 1 else gather_object([info])
     owners = [rank for rank, item in enumerate(infos) if item is not None]
