@@ -33,7 +33,7 @@ import xxhash
 
 __all__ = ["HASH_CHUNK", "FileRecord", "Verification", "hash_pool", "chunk_digests",
            "chunked_record", "record_of", "map_file", "check_bytes", "hash_file",
-           "record_new_files", "fsync_dir"]
+           "record_new_files", "fsync_file", "fsync_dir"]
 
 #: Bytes per hashed chunk (format 2): small enough to spread a file over every core.
 HASH_CHUNK = 16 * 2**20
@@ -256,15 +256,20 @@ def record_new_files(directory: str | os.PathLike[str], known: Any) -> dict[str,
         for name in names:
             rel = (here / name).relative_to(root).as_posix()
             if rel not in known:
-                fd = os.open(here / name, os.O_RDONLY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
+                fsync_file(here / name)
                 found[rel] = hash_file(here / name)
         if here != root:
             fsync_dir(here)
     return found
+
+
+def fsync_file(path: str | os.PathLike[str]) -> None:
+    """fsync a file someone else wrote (a save hook, a strategy's writer) by its path."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def fsync_dir(path: str | os.PathLike[str]) -> None:

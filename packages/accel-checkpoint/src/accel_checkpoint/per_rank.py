@@ -43,6 +43,7 @@ from accel_checkpoint.hashing import (
     FileRecord,
     Verification,
     fsync_dir,
+    fsync_file,
     hash_file,
     record_new_files,
 )
@@ -82,11 +83,7 @@ def _sync_and_hash(staging: Path, name: Any) -> tuple[str, dict[str, Any]]:
     file = staging / rel
     if not file.is_file():
         raise CheckpointError(f"the writer reported {rel.as_posix()}, which it did not write.")
-    fd = os.open(file, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_file(file)
     if file.parent != staging:
         fsync_dir(file.parent)
     return rel.as_posix(), hash_file(file).to_json()
