@@ -128,14 +128,15 @@ class FSDP2Strategy(Strategy):
 
     @property
     def parallel_sizes(self) -> dict[str, int]:
-        replicate, shard = self._mesh_shape()
-        return {"dp_replicate": replicate, "dp_shard": shard}
+        """Read from the mesh built at construction (a 1-D mesh has no replicas)."""
+        return {"dp_replicate": 1, **dict(zip(self.mesh.mesh_dim_names, self.mesh.shape,
+                                               strict=True))}
 
     @property
     def parallel_ranks(self) -> dict[str, int]:
-        _, shard = self._mesh_shape()
-        rank = self.state.process_index
-        return {"dp_replicate": rank // shard, "dp_shard": rank % shard}
+        coordinate = self.mesh.get_coordinate()
+        return {"dp_replicate": 0, **dict(zip(self.mesh.mesh_dim_names, coordinate,
+                                               strict=True))}
 
     # -- models --------------------------------------------------------------------------------
     def _mixed_precision_policy(self, root: bool) -> Any:
