@@ -25,9 +25,10 @@ from accel.utils import ProjectConfiguration
 
 
 @pytest.fixture
-def writers(monkeypatch, scripts):
-    """scripts/checkpoint_writers.py (the writers the 2-process script uses too)."""
-    monkeypatch.syspath_prepend(str(scripts))
+def writers(monkeypatch, repo):
+    """accel-checkpoint's test writers (packages/accel-checkpoint/tests/checkpoint_writers.py,
+    which the 2-process script uses too)."""
+    monkeypatch.syspath_prepend(str(repo / "packages" / "accel-checkpoint" / "tests"))
     return importlib.import_module("checkpoint_writers")
 
 

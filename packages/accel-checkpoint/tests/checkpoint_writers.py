@@ -1,6 +1,8 @@
 """RankCheckpointWriters of the tests' own, as a strategy (an engine) would hand them over.
 
-Used by scripts/checkpoint_per_rank.py (2 processes) and test_checkpoint_layouts.py.
+One home for accel-checkpoint's tests (test_per_rank.py, test_layouts.py; this folder is
+put on ``sys.path`` by conftest.py) and the integration tests
+(tests/integration/test_checkpoint_layouts.py, scripts/checkpoint_per_rank.py).
 """
 
 from __future__ import annotations
@@ -61,5 +63,6 @@ class PickleWriter(SafetensorsWriter):
     def load(self, path: Path, objects, rank: int, world_size: int) -> None:
         self.loads += 1
         saved = torch.load(path / f"rank{rank}.pt", weights_only=False)
+        assert saved["engine"].version == "1.0"
         for name, obj in objects.items():
             obj.load_state_dict(saved["state"][name])

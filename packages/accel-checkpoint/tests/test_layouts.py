@@ -3,15 +3,11 @@ layouts, and the pickle rule for writers that unpickle (DESIGN.md §5)."""
 
 from __future__ import annotations
 
-import argparse
 import pickle
 from pathlib import Path
 
 import pytest
 import torch
-from accel_state.errors import ConfigurationError
-from torch import nn
-
 from accel_checkpoint import CheckpointError, CorruptCheckpointError
 from accel_checkpoint.dcp_writer import DCPWriter
 from accel_checkpoint.layouts import (
@@ -22,30 +18,9 @@ from accel_checkpoint.layouts import (
 )
 from accel_checkpoint.manifest import verify_checkpoint
 from accel_checkpoint.per_rank import check_writer, load_rank_state, save_rank_state
-
-
-class PickleWriter:
-    """An engine-like writer: ``rank{r}.pt`` written with ``torch.save`` holding a
-    non-tensor object, read back with a full unpickler (``weights_only=False``)."""
-
-    layout = "test-pickle"
-    unpickles = "arbitrary"
-
-    def __init__(self) -> None:
-        self.loads = 0
-
-    def save(self, staging: Path, objects, rank: int, world_size: int) -> list[str]:
-        state = {n: o.state_dict() for n, o in objects.items()}
-        torch.save({"state": state, "engine": argparse.Namespace(version="1.0")},
-                   staging / f"rank{rank}.pt")
-        return [f"rank{rank}.pt"]
-
-    def load(self, path: Path, objects, rank: int, world_size: int) -> None:
-        self.loads += 1
-        saved = torch.load(path / f"rank{rank}.pt", weights_only=False)
-        assert saved["engine"].version == "1.0"
-        for name, obj in objects.items():
-            obj.load_state_dict(saved["state"][name])
+from accel_state.errors import ConfigurationError
+from checkpoint_writers import PickleWriter
+from torch import nn
 
 
 class Named:

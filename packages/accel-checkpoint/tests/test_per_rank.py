@@ -6,44 +6,17 @@ The 2-process run is tests/integration/test_checkpoint_per_rank.py.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
-from torch import nn
-
 from accel_checkpoint import CheckpointError, CorruptCheckpointError
 from accel_checkpoint.manifest import verify_checkpoint
 from accel_checkpoint.per_rank import load_rank_state, save_rank_state
 from accel_checkpoint.sharded import save_sharded_state
-from accel_checkpoint.tree import flatten_state, unflatten_state
 from accel_state.protocols import RankCheckpointWriter
-
-
-class SafetensorsWriter:
-    """Each rank's models and optimizers in ``rank{r}.safetensors`` + ``rank{r}.json``."""
-
-    layout = "test-safetensors"
-    unpickles = "never"
-
-    def __init__(self) -> None:
-        self.loads = 0
-
-    def save(self, staging: Path, objects, rank: int, world_size: int) -> list[str]:
-        skeleton, tensors = flatten_state({n: o.state_dict() for n, o in objects.items()})
-        save_file({k: t.contiguous() for k, t in tensors.items()},
-                  staging / f"rank{rank}.safetensors")
-        (staging / f"rank{rank}.json").write_text(json.dumps(skeleton))
-        return [f"rank{rank}.safetensors", f"rank{rank}.json"]
-
-    def load(self, path: Path, objects, rank: int, world_size: int) -> None:
-        self.loads += 1
-        tensors = load_file(path / f"rank{rank}.safetensors")
-        state = unflatten_state(json.loads((path / f"rank{rank}.json").read_text()), tensors)
-        for name, obj in objects.items():
-            obj.load_state_dict(state[name])
+from checkpoint_writers import SafetensorsWriter
+from torch import nn
 
 
 class ReportingWriter(SafetensorsWriter):

@@ -15,15 +15,19 @@ import shutil
 import sys
 from pathlib import Path
 
-import torch
-import torch.distributed as dist
-from accel_checkpoint.errors import CheckpointError, CorruptCheckpointError
-from accel_checkpoint.manifest import verify_checkpoint
-from accel_checkpoint.per_rank import load_rank_state, save_rank_state
-from checkpoint_writers import SafetensorsWriter
-from torch import nn
+# the test writers live with accel-checkpoint's tests
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "packages" / "accel-checkpoint"
+                       / "tests"))
 
-from accel import Accelerator
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+from accel_checkpoint.errors import CheckpointError, CorruptCheckpointError  # noqa: E402
+from accel_checkpoint.manifest import verify_checkpoint  # noqa: E402
+from accel_checkpoint.per_rank import load_rank_state, save_rank_state  # noqa: E402
+from checkpoint_writers import SafetensorsWriter  # noqa: E402
+from torch import nn  # noqa: E402
+
+from accel import Accelerator  # noqa: E402
 
 
 def net(seed: int) -> nn.Module:
