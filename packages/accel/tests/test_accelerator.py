@@ -215,3 +215,20 @@ def test_scheduler_steps_once_per_data_parallel_replica_unless_batches_are_split
     _, _, prepared = accelerator.prepare(model, optimizer, scheduler)
     assert prepared.split_batches is True  # the facade passes its data options on
     assert prepared.num_processes == accelerator.strategy.dp_size == 1
+
+
+def test_fsdp_names_are_at_accelerates_module_paths():
+    import accel_parallel
+    from accel_parallel import fsdp_plugin
+
+    import accel
+    import accel.utils
+    import accel.utils.dataclasses
+
+    plugin = accel_parallel.FullyShardedDataParallelPlugin
+    assert accel.FullyShardedDataParallelPlugin is plugin
+    assert accel.utils.FullyShardedDataParallelPlugin is plugin
+    assert accel.utils.dataclasses.FullyShardedDataParallelPlugin is plugin
+    for name in ("FSDP_SHARDING_STRATEGY", "FSDP_AUTO_WRAP_POLICY", "FSDP_BACKWARD_PREFETCH",
+                 "FSDP_STATE_DICT_TYPE", "FSDP2_STATE_DICT_TYPE"):
+        assert getattr(accel.utils, name) is getattr(fsdp_plugin, name)

@@ -42,6 +42,13 @@ from accel_parallel import (
     FullyShardedDataParallelPlugin,
     extract_model_from_parallel,
 )
+from accel_parallel.fsdp_plugin import (
+    FSDP2_STATE_DICT_TYPE,
+    FSDP_AUTO_WRAP_POLICY,
+    FSDP_BACKWARD_PREFETCH,
+    FSDP_SHARDING_STRATEGY,
+    FSDP_STATE_DICT_TYPE,
+)
 from accel_precision import (
     contextual_fp8_autocast,
     convert_model,
@@ -78,5 +85,6 @@ _precision_all = ["contextual_fp8_autocast", "convert_model", "convert_model_to_
 __all__ = sorted({
     *_state_all, *_imports_all, *_operations_all, *_environment_all, *_dataclasses_all,
     *_tracking_probes_all, *_checkpoint_all, *_precision_all, "tqdm",
-    "extract_model_from_parallel",
+    "extract_model_from_parallel", "FSDP_SHARDING_STRATEGY", "FSDP_AUTO_WRAP_POLICY",
+    "FSDP_BACKWARD_PREFETCH", "FSDP_STATE_DICT_TYPE", "FSDP2_STATE_DICT_TYPE",
 })
