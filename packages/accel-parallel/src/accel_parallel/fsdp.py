@@ -21,6 +21,7 @@ import torch
 from accel_state import ConfigurationError, DistributedType
 
 from accel_parallel.strategy import Strategy
+from accel_parallel.torch_fsdp import fsdp2
 from accel_parallel.unwrap import is_sharded_model
 
 if TYPE_CHECKING:
@@ -31,19 +32,6 @@ if TYPE_CHECKING:
     from accel_parallel.selection import StrategyConfig
 
 __all__ = ["FSDP2Strategy", "CheckpointedForward"]
-
-
-def _fsdp() -> Any:
-    """torch's FSDP2 module (``torch.distributed.fsdp`` since 2.6, the composable one before)."""
-    try:
-        from torch.distributed import fsdp
-
-        fsdp.fully_shard  # noqa: B018 - probe: torch < 2.6 has it elsewhere
-        return fsdp
-    except (ImportError, AttributeError):
-        from torch.distributed._composable import fsdp
-
-        return fsdp
 
 
 class CheckpointedForward:
@@ -147,8 +135,8 @@ class FSDP2Strategy(Strategy):
             return self.plugin.mixed_precision_policy
         param_dtype = self.precision.param_dtype
         if param_dtype is None:
-            return _fsdp().MixedPrecisionPolicy()
-        return _fsdp().MixedPrecisionPolicy(
+            return fsdp2().MixedPrecisionPolicy()
+        return fsdp2().MixedPrecisionPolicy(
             param_dtype=param_dtype, reduce_dtype=self.precision.reduce_dtype,
             output_dtype=torch.float32 if root else None)
 
@@ -160,7 +148,7 @@ class FSDP2Strategy(Strategy):
         options: dict[str, Any] = {"mesh": self.mesh, "reshard_after_forward": reshard,
                                    "mp_policy": self._mixed_precision_policy(root)}
         if self.plugin.cpu_offload:
-            options["offload_policy"] = _fsdp().CPUOffloadPolicy()
+            options["offload_policy"] = fsdp2().CPUOffloadPolicy()
         return options
 
     def prepare_model(self, model: torch.nn.Module, *, device_placement: bool = True,
@@ -181,7 +169,7 @@ class FSDP2Strategy(Strategy):
                     module.forward = CheckpointedForward(module.forward)
         ignored = self.plugin.ignored_params(model)
         extra = {"ignored_params": ignored} if ignored else {}
-        fully_shard = _fsdp().fully_shard
+        fully_shard = fsdp2().fully_shard
         for module in targets:
             fully_shard(module, **self._shard_options(root=False), **extra)
         fully_shard(model, **self._shard_options(root=True), **extra)

@@ -7,7 +7,6 @@ fsdp_version=1 runs as FSDP2, FSDP1-only options FSDP2 cannot honour are errors 
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import re
 import warnings
@@ -19,6 +18,8 @@ import torch
 from accel_state import ConfigurationError
 from accel_state import env as _env
 from accel_state.env import EnvVar, str_to_bool
+
+from accel_parallel.torch_fsdp import fsdp1, fsdp2
 
 __all__ = ["FullyShardedDataParallelPlugin", "FSDP_SHARDING_STRATEGY", "FSDP_AUTO_WRAP_POLICY",
            "FSDP_STATE_DICT_TYPE", "FSDP2_STATE_DICT_TYPE", "FSDP_BACKWARD_PREFETCH"]
@@ -39,10 +40,6 @@ _BOOL_WORDS = ("1", "0", "true", "false", "yes", "no", "y", "n", "t", "f", "on",
 _fsdp1_notice_shown = False
 
 
-def _fsdp() -> Any:
-    return importlib.import_module("torch.distributed.fsdp")  # lazily: it pulls in DTensor
-
-
 def _bad(what: str, value: Any, valid: Iterable[Any], fix: str) -> ConfigurationError:
     return ConfigurationError(f"{what}={value!r} is not valid; use one of "
                               f"{', '.join(map(str, valid))}. {fix}")
@@ -50,7 +47,7 @@ def _bad(what: str, value: Any, valid: Iterable[Any], fix: str) -> Configuration
 
 def _strategy_name(value: Any, what: str) -> str | None:
     """FSDP1 strategy spelling (name, 1..5, "1".."5", ShardingStrategy) -> name, else None."""
-    if isinstance(value, bool) or not isinstance(value, (int, str, _fsdp().ShardingStrategy)):
+    if isinstance(value, bool) or not isinstance(value, (int, str, fsdp1().ShardingStrategy)):
         return None
     if isinstance(value, int) and not 1 <= value <= 5:
         raise _bad(what, value, [*FSDP_SHARDING_STRATEGY, "1..5"], "FULL_SHARD (1) is default.")
@@ -199,7 +196,7 @@ class FullyShardedDataParallelPlugin:
         strategy = strategy or implied
         strategy = strategy or ("SHARD_GRAD_OP" if reshard is False else "FULL_SHARD")
         self.sharding, code = strategy, FSDP_SHARDING_STRATEGY.index(strategy) + 1
-        self.sharding_strategy = _fsdp().ShardingStrategy(code)
+        self.sharding_strategy = fsdp1().ShardingStrategy(code)
         self.reshard_after_forward = _RESHARD[strategy] if reshard is None else reshard
         self.hybrid = strategy.startswith("HYBRID")
         self.replicate_only = strategy == "NO_SHARD"
@@ -248,7 +245,7 @@ class FullyShardedDataParallelPlugin:
 
     def set_state_dict_type(self, state_dict_type: Any = None) -> None:
         """Resolve ``state_dict_type`` (None: env, else SHARDED_STATE_DICT) and its configs."""
-        fsdp, value = _fsdp(), state_dict_type
+        fsdp, value = fsdp1(), state_dict_type
         value = _env.FSDP_STATE_DICT_TYPE.get("SHARDED_STATE_DICT") if value is None else value
         name = value.name if isinstance(value, fsdp.StateDictType) else str(value).strip().upper()
         if name.isdigit() and 1 <= int(name) <= 3:
@@ -274,11 +271,10 @@ class FullyShardedDataParallelPlugin:
 
     def set_cpu_offload(self, cpu_offload: Any = None) -> None:
         """Resolve ``cpu_offload`` to a bool (None: env FSDP_OFFLOAD_PARAMS, else False)."""
-        fsdp = _fsdp()
-        if isinstance(cpu_offload, fsdp.CPUOffload):
+        if isinstance(cpu_offload, fsdp1().CPUOffload):
             cpu_offload = cpu_offload.offload_params
-        elif isinstance(cpu_offload, fsdp.OffloadPolicy):
-            cpu_offload = isinstance(cpu_offload, fsdp.CPUOffloadPolicy)
+        elif isinstance(cpu_offload, fsdp2().OffloadPolicy):
+            cpu_offload = isinstance(cpu_offload, fsdp2().CPUOffloadPolicy)
         self.cpu_offload = _flag(cpu_offload, _env.FSDP_OFFLOAD_PARAMS, "cpu_offload", False)
 
     def validate_cpu_offload(self, device: torch.device | str) -> None:
@@ -301,10 +297,10 @@ class FullyShardedDataParallelPlugin:
 
     def validate_mixed_precision_policy(self) -> None:
         """Normalise ``mixed_precision_policy`` to a MixedPrecisionPolicy (or None)."""
-        fsdp, policy = _fsdp(), self.mixed_precision_policy
-        if policy is None or isinstance(policy, fsdp.MixedPrecisionPolicy):
+        policy = self.mixed_precision_policy
+        if policy is None or isinstance(policy, fsdp2().MixedPrecisionPolicy):
             return
-        if isinstance(policy, fsdp.MixedPrecision):  # FSDP1: buffer_dtype has no FSDP2 meaning
+        if isinstance(policy, fsdp1().MixedPrecision):  # FSDP1: buffer_dtype has no FSDP2 meaning
             if policy.keep_low_precision_grads:
                 raise ConfigurationError("MixedPrecision(keep_low_precision_grads=True) has no "
                                          "FSDP2 equivalent; remove it.")
@@ -321,7 +317,7 @@ class FullyShardedDataParallelPlugin:
         kwargs: dict[str, Any] = {k: _dtype(v, k) for k, v in policy.items() if k in _MP_KEYS[:3]}
         if "cast_forward_inputs" in policy:
             kwargs["cast_forward_inputs"] = bool(policy["cast_forward_inputs"])
-        self.mixed_precision_policy = fsdp.MixedPrecisionPolicy(**kwargs)
+        self.mixed_precision_policy = fsdp2().MixedPrecisionPolicy(**kwargs)
 
     def set_auto_wrap_policy(self, model: torch.nn.Module) -> list[torch.nn.Module]:
         return self.modules_to_shard(model)  # Accelerate's name: checks the policy on ``model``
