@@ -21,6 +21,7 @@ from accel_state.errors import (
     DistributedError,
     DistributedOperationException,
 )
+from accel_state.groups import source_rank as _source_rank
 from accel_state.operations import (
     CannotPadNestedTensorWarning,
     GatheredParameters,
@@ -29,7 +30,6 @@ from accel_state.operations import (
     _collective_device,
     _gather_one,
     _reduce_one,
-    _source_rank,
     broadcast,
     broadcast_object_list,
     chained_operation,

@@ -21,11 +21,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
+from accel_state.groups import source_rank
 from accel_state.operations import broadcast_object_list, ignorant_find_batch_size
 from accel_state.structures import honor_type, recursively_apply, send_to_device
 from torch.utils.data import IterableDataset
 
-from accel_data.groups import group_source, resolve_world
+from accel_data.groups import resolve_world
 from accel_data.loaders import _END, DataLoaderShard, UnsizedLoaderError
 from accel_data.samplers import SkipBatchSampler
 from accel_data.sharding import _check_split
@@ -118,7 +119,7 @@ class DataLoaderDispatcher(DataLoaderShard):
         self.num_processes, self.process_index = resolve_world(
             num_processes, process_index, group, "DataLoaderDispatcher")
         self.group = group
-        self._source = group_source(group)  # global rank of the reader, torch's `src`
+        self._source = source_rank(0, group)  # global rank of the reader, torch's `src`
         self.split_batches = bool(split_batches)
         self.even_batches = bool(even_batches)
         self._pads = self.even_batches

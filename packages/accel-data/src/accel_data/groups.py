@@ -21,7 +21,7 @@ from accel_data.sharding import _check_world
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
 
-__all__ = ["group_source", "resolve_world"]
+__all__ = ["resolve_world"]
 
 
 def _live() -> bool:
@@ -53,8 +53,3 @@ def resolve_world(num_processes: int | None, process_index: int | None,
             f"{size} processes and this one is its rank {rank}; leave num_processes and "
             "process_index as None (read from the group) or pass the group's own values.")
     return num, index
-
-
-def group_source(group: ProcessGroup | None) -> int:
-    """Global rank of the group's rank 0 (torch's ``src`` is global); 0 without a group."""
-    return 0 if group is None else dist.get_global_rank(group, 0)

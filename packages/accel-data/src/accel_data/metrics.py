@@ -19,7 +19,6 @@ from accel_state.groups import group_size
 from accel_state.operations import gather, gather_object, recursively_apply
 from accel_state.state import GradientState
 
-
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
 

@@ -18,7 +18,7 @@ from accel_state.errors import ConfigurationError
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
 
-__all__ = ["group_size"]  # the other helpers are internal to the collectives
+__all__ = ["group_size", "source_rank"]  # the others are internal to the collectives
 
 
 def group_size(group: ProcessGroup | None = None, owner: str = "a collective") -> int:
@@ -46,7 +46,7 @@ def group_size(group: ProcessGroup | None = None, owner: str = "a collective") -
     return size
 
 
-def _source_rank(from_process: int, group: ProcessGroup | None) -> int:
+def source_rank(from_process: int, group: ProcessGroup | None) -> int:
     """The global rank torch needs for ``src``: ``from_process`` itself without a group,
     else the global rank of the group's rank ``from_process``."""
     if group is None:

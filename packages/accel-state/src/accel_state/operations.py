@@ -33,7 +33,7 @@ from accel_state.errors import (
     DistributedError,
     DistributedOperationException,
 )
-from accel_state.groups import _collective_device, _local_device, _source_rank, group_size
+from accel_state.groups import _collective_device, _local_device, group_size, source_rank
 from accel_state.structures import (
     CannotPadNestedTensorWarning,
     ConvertOutputsToFp32,
@@ -226,7 +226,7 @@ def broadcast(tensor: Any, from_process: int = 0, *,
     if group_size(group) == 1:
         return tensor
     return recursively_apply(_broadcast_one, tensor, error_on_other_type=True,
-                             src=_source_rank(from_process, group), group=group)
+                             src=source_rank(from_process, group), group=group)
 
 
 def broadcast_object_list(object_list: list[Any], from_process: int = 0, *,
@@ -238,7 +238,7 @@ def broadcast_object_list(object_list: list[Any], from_process: int = 0, *,
     """
     if group_size(group) > 1:
         torch.distributed.broadcast_object_list(
-            object_list, src=_source_rank(from_process, group), group=group)
+            object_list, src=source_rank(from_process, group), group=group)
     return object_list
 
 
