@@ -31,9 +31,11 @@ def test_quickstart_trains_in_two_processes(explain, launch, repo):
 
 
 def test_ddp_with_accumulation_matches_single_process_big_batch(explain, launch, scripts, tmp_path):
-    # 2 processes x batch 4 x 2 accumulated batches == 1 process x batch 16
+    # 2 processes x batch 4 x 2 accumulated batches == 1 process x batch 16; the 2-process
+    # run also compiles the DDP model (Accelerator(dynamo_backend="eager"))
     two = launch("--cpu", "--num_processes", "2", str(scripts / "ddp_equivalence.py"),
-                 str(tmp_path / "two.pt"), "--batch-size", "4", "--accumulation-steps", "2")
+                 str(tmp_path / "two.pt"), "--batch-size", "4", "--accumulation-steps", "2",
+                 "--dynamo-backend", "eager")
     assert two.returncode == 0, explain(two)
     one = launch("--cpu", "--num_processes", "1", str(scripts / "ddp_equivalence.py"),
                  str(tmp_path / "one.pt"), "--batch-size", "16")

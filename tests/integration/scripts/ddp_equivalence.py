@@ -2,7 +2,8 @@
 
 With N processes, per-process batch B and A accumulated batches per step, data-parallel
 training must give the same parameters as 1 process with batch N*B*A: the test runs both
-and compares (the accumulating run also exercises DDP's no_sync).
+and compares (the accumulating run also exercises DDP's no_sync, and with
+``--dynamo-backend`` a compiled DDP model).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, required=True)
     parser.add_argument("--steps", type=int, default=6, help="optimizer steps")
     parser.add_argument("--accumulation-steps", type=int, default=1)
+    parser.add_argument("--dynamo-backend", default=None,
+                        help="compile the prepared model (torch.compile of the DDP wrapper)")
     args = parser.parse_args()
 
     torch.manual_seed(0)
@@ -32,8 +35,12 @@ def main() -> None:
     initial = {k: v.clone() for k, v in model.state_dict().items()}
     loader = DataLoader(TensorDataset(x, y), batch_size=args.batch_size, shuffle=False)
 
-    accelerator = Accelerator(cpu=True, gradient_accumulation_steps=args.accumulation_steps)
+    accelerator = Accelerator(cpu=True, gradient_accumulation_steps=args.accumulation_steps,
+                              dynamo_backend=args.dynamo_backend)
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    if args.dynamo_backend:
+        assert type(model).__name__ == "OptimizedModule", type(model)
+        assert accelerator.unwrap_model(model, keep_torch_compile=False) is not model
     steps = 0
     while steps < args.steps:
         for xb, yb in loader:
@@ -47,7 +54,8 @@ def main() -> None:
             steps += accelerator.sync_gradients
             if steps == args.steps:
                 break
-    final = {k: v.clone() for k, v in accelerator.unwrap_model(model).state_dict().items()}
+    unwrapped = accelerator.unwrap_model(model, keep_torch_compile=False)
+    final = {k: v.clone() for k, v in unwrapped.state_dict().items()}
     accelerator.save({"initial": initial, "final": final}, args.output)
 
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from accel_state import ConfigurationError, KwargsHandler
 
+from accel_parallel.compile import is_compiled_module
 from accel_parallel.strategy import Strategy
 from accel_parallel.unwrap import is_sharded_model
 
@@ -144,4 +145,6 @@ class DDPStrategy(Strategy):
         # micro-step, and a runtime protocol check costs about 10 us there
         if isinstance(model, torch.nn.parallel.DistributedDataParallel):
             return model.no_sync()
+        if is_compiled_module(model):  # torch.compile(DDP(model)): the wrapper is inside
+            return self.no_sync(model._orig_mod)
         return super().no_sync(model)

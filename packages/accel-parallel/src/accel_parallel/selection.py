@@ -35,7 +35,8 @@ class StrategyConfig:
     #: kwargs handlers by kind (``"ddp"``: ``DistributedDataParallelKwargs``, ...)
     handlers: Mapping[str, Any] = field(default_factory=dict)
     #: parallelism plugins by kind (``"fsdp"``, ``"deepspeed"``, ``"tp"``,
-    #: ``"parallelism_config"``), absent when not given
+    #: ``"parallelism_config"``; ``"dynamo"``: a ``TorchDynamoPlugin`` every strategy
+    #: applies through :meth:`Strategy.compile_model`), absent when not given
     plugins: Mapping[str, Any] = field(default_factory=dict)
     #: a strategy asked for by name; default: ``ACCEL_STRATEGY``, else chosen by data
     requested: str | None = None
@@ -49,6 +50,12 @@ def _candidates() -> list[tuple[str, type[Strategy]]]:
 def select_strategy(config: StrategyConfig) -> Strategy:
     """The strategy for ``config``: the one requested by name, else the first (by priority)
     whose ``accepts(config)`` is true."""
+    strategy = _build(config)
+    strategy.dynamo_plugin = config.plugins.get("dynamo")
+    return strategy
+
+
+def _build(config: StrategyConfig) -> Strategy:
     requested = config.requested or env.STRATEGY.get()
     if requested:
         return STRATEGIES.get(requested).from_config(config)

@@ -32,12 +32,14 @@ import torch
 from accel_precision import NoPrecision, Precision
 from accel_state import Registry
 
+from accel_parallel.compile import compile_model
 from accel_parallel.rebind import parameter_moves, rebind_optimizer
 from accel_parallel.unwrap import extract_model_from_parallel, is_sharded_model
 
 if TYPE_CHECKING:
     from accel_state import DistributedType, PartialState
 
+    from accel_parallel.compile import TorchDynamoPlugin
     from accel_parallel.selection import StrategyConfig
 
 __all__ = ["Strategy", "SupportsNoSync", "STRATEGIES", "PrepareRequest"]
@@ -73,6 +75,9 @@ class Strategy:
     """
 
     name: ClassVar[str] = "base"
+    #: how prepared models are compiled (``TorchDynamoPlugin``); set by
+    #: :func:`~accel_parallel.select_strategy` from the configuration, None: not compiled
+    dynamo_plugin: TorchDynamoPlugin | None = None
     #: Order in which :func:`~accel_parallel.select_strategy` asks strategies whether they
     #: build from a configuration (highest first; ties by name).
     priority: ClassVar[int] = 0
@@ -145,6 +150,7 @@ class Strategy:
                                               .named_parameters()) for m in models])
         optimizers = [self.prepare_optimizer(rebind_optimizer(o, moves) if moves else o)
                       for o in request.optimizers]
+        models = [self.compile_model(m) for m in models]
         return PrepareRequest(models=models, optimizers=optimizers,
                               schedulers=[self.prepare_scheduler(s) for s in request.schedulers],
                               dataloaders=[self.prepare_data_loader(d)
@@ -160,6 +166,13 @@ class Strategy:
         if device_placement:
             model = model.to(self.state.device)
         return model
+
+    def compile_model(self, model: torch.nn.Module, *, in_place: bool = False) -> torch.nn.Module:
+        """``model`` compiled as :attr:`dynamo_plugin` asks (unchanged without one, or when
+        already compiled). :meth:`prepare` calls it on every prepared model, after the
+        strategy's wrappers; a strategy that compiles earlier in its own order (before
+        sharding) calls it there with ``in_place=True``, and the later call does nothing."""
+        return compile_model(model, self.dynamo_plugin, in_place=in_place)
 
     def prepare_optimizer(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
         """The optimizer to step (already re-bound to the prepared parameters)."""

@@ -145,7 +145,7 @@ def save_state(accelerator: Any, output_dir: str | os.PathLike[str] | None = Non
     target = _output_dir(accelerator, output_dir)
     config = accelerator.project_configuration
     layout = checkpoint_layout(accelerator)
-    entries, weights = layout.save_entries([accelerator.unwrap_model(m)
+    entries, weights = layout.save_entries([_weights_module(accelerator, m)
                                             for m in accelerator._models])
     objects: dict[str, Any] = {}
 
@@ -217,7 +217,7 @@ def load_state(accelerator: Any, input_dir: str | os.PathLike[str] | None = None
     def prepare(path: Path) -> None:
         for hook in accelerator._load_model_state_pre_hook.values():
             hook(models, str(path))
-        entries = [layout.load_entry(accelerator.unwrap_model(m), strict) for m in models]
+        entries = [layout.load_entry(_weights_module(accelerator, m), strict) for m in models]
         objects.update(shared_objects(entries, accelerator._optimizers,
                                       accelerator._schedulers, [], scaler_of(accelerator),
                                       accelerator._custom_objects))
@@ -269,6 +269,13 @@ def register_load_state_pre_hook(accelerator: Any, hook: Any) -> RemovableHandle
     return handle
 
 
+def _weights_module(accelerator: Any, model: torch.nn.Module) -> torch.nn.Module:
+    """The module whose state dict checkpoints hold: the user's, without the strategy's
+    wrappers nor torch.compile's (whose names carry an ``_orig_mod.`` prefix), so a
+    checkpoint loads the same with or without compilation."""
+    return accelerator.unwrap_model(model, keep_torch_compile=False)
+
+
 def get_state_dict(accelerator: Any, model: torch.nn.Module, unwrap: bool = True
                    ) -> dict[str, torch.Tensor]:
     """The model's full state dict (of the unwrapped model by default).
@@ -278,7 +285,7 @@ def get_state_dict(accelerator: Any, model: torch.nn.Module, unwrap: bool = True
     memory on the main process, the others get ``{}`` (as Accelerate's FSDP full state
     dict with ``rank0_only``)."""
     layout = checkpoint_layout(accelerator, [model])
-    return layout.full_state_dict(accelerator.unwrap_model(model) if unwrap else model)
+    return layout.full_state_dict(_weights_module(accelerator, model) if unwrap else model)
 
 
 def save_model(accelerator: Any, model: torch.nn.Module, save_directory: str | os.PathLike[str],
@@ -286,7 +293,7 @@ def save_model(accelerator: Any, model: torch.nn.Module, save_directory: str | o
     """Write the unwrapped weights (main process, or each machine's with save_on_each_node
     when every rank holds them): one file or shards + index."""
     layout = checkpoint_layout(accelerator, [model])
-    state_dict = layout.full_state_dict(accelerator.unwrap_model(model))
+    state_dict = layout.full_state_dict(_weights_module(accelerator, model))
     each_node = (accelerator.project_configuration.save_on_each_node
                  and layout.full_state_on_every_rank)
     if accelerator.is_local_main_process if each_node else accelerator.is_main_process:

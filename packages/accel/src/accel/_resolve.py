@@ -13,9 +13,11 @@ from typing import Any
 
 from accel_parallel import (
     DistributedDataParallelKwargs,
+    DynamoBackend,
     FullyShardedDataParallelPlugin,
     Strategy,
     StrategyConfig,
+    TorchDynamoPlugin,
     select_strategy,
 )
 from accel_precision import (
@@ -36,7 +38,7 @@ from accel_state import (
 )
 
 __all__ = ["Handlers", "collect_handlers", "resolve_precision", "resolve_accumulation",
-           "resolve_plugins", "resolve_strategy"]
+           "resolve_plugins", "resolve_dynamo", "resolve_strategy"]
 
 
 @dataclass
@@ -79,10 +81,14 @@ def collect_handlers(kwargs_handlers: Iterable[Any] | None) -> Handlers:
     return handlers
 
 
-def resolve_plugins(fsdp_plugin: Any = None) -> dict[str, Any]:
+def resolve_plugins(fsdp_plugin: Any = None, *, dynamo_backend: Any = None,
+                    dynamo_plugin: Any = None) -> dict[str, Any]:
     """The parallelism plugins by kind, from the arguments or the environment
     (``ACCELERATE_USE_FSDP=true`` builds the FSDP plugin from the ``FSDP_*`` variables)."""
     plugins: dict[str, Any] = {}
+    dynamo = resolve_dynamo(dynamo_backend, dynamo_plugin)
+    if dynamo.enabled:
+        plugins["dynamo"] = dynamo
     if fsdp_plugin is None and env.USE_FSDP.get_bool():
         fsdp_plugin = FullyShardedDataParallelPlugin()
     if fsdp_plugin is not None:
@@ -93,6 +99,24 @@ def resolve_plugins(fsdp_plugin: Any = None) -> dict[str, Any]:
                 "accel.FullyShardedDataParallelPlugin(sharding_strategy=..., ...).")
         plugins["fsdp"] = fsdp_plugin
     return plugins
+
+
+def resolve_dynamo(backend: Any, plugin: Any) -> TorchDynamoPlugin:
+    """How prepared models are compiled: ``dynamo_plugin=``, else ``dynamo_backend=``, else
+    the ``ACCELERATE_DYNAMO_*`` variables (``accel launch --dynamo_backend``)."""
+    if plugin is not None:
+        if backend is not None:
+            raise ConfigurationError(
+                f"Accelerator got both dynamo_backend={backend!r} and dynamo_plugin={plugin!r}; "
+                "pass one: the backend as TorchDynamoPlugin(backend=...) with the other options.")
+        if not isinstance(plugin, TorchDynamoPlugin):
+            raise ConfigurationError(
+                f"Accelerator(dynamo_plugin={plugin!r}) must be a TorchDynamoPlugin: build one "
+                "with accel.utils.TorchDynamoPlugin(backend=..., mode=...).")
+        return plugin
+    if backend is None:
+        return TorchDynamoPlugin()
+    return TorchDynamoPlugin(backend=DynamoBackend.parse(backend, "Accelerator(dynamo_backend)"))
 
 
 def resolve_strategy(state: PartialState, precision: Precision, handlers: Handlers,

@@ -57,6 +57,8 @@ class Accelerator(PrecisionMixin, DataMixin, _ckpt.CheckpointingMixin, _tracking
             (or a ``GradientAccumulationPlugin`` for the finer options).
         fsdp_plugin: a ``FullyShardedDataParallelPlugin``: shard the models with FSDP2
             (also ``ACCELERATE_USE_FSDP=true`` with ``FSDP_*`` variables; docs/parallel.md).
+        dynamo_backend / dynamo_plugin: compile prepared models with torch.compile (a
+            backend name, or a ``TorchDynamoPlugin``; also ``ACCELERATE_DYNAMO_*``).
         mixed_precision: ``"no"``, ``"fp16"``, ``"bf16"`` or ``"fp8"``; must agree with
             ``accel launch --mixed_precision`` when both are given (see docs/precision.md).
             Precision API: ``accel/_precision.py``.
@@ -71,7 +73,8 @@ class Accelerator(PrecisionMixin, DataMixin, _ckpt.CheckpointingMixin, _tracking
                  mixed_precision: Any = None,
                  split_batches: Any = _UNSET, dataloader_config: Any = None,
                  project_dir: Any = None, project_config: Any = None,
-                 fsdp_plugin: Any = None) -> None:
+                 fsdp_plugin: Any = None, dynamo_backend: Any = None,
+                 dynamo_plugin: Any = None) -> None:
         # data options (accel/_data.py): dataloader_config, deprecated split_batches=
         self._dataloader_config = resolve_dataloader_config(split_batches, dataloader_config)
         self._handlers = collect_handlers(kwargs_handlers)
@@ -84,8 +87,9 @@ class Accelerator(PrecisionMixin, DataMixin, _ckpt.CheckpointingMixin, _tracking
         # mixed precision (accel/_precision.py): argument + ACCEL_MIXED_PRECISION + handlers,
         # then the strategy, which receives it (accel_parallel: chosen by the registry)
         self._precision = resolve_precision(mixed_precision, self.state, self._handlers)
-        self._strategy = resolve_strategy(self.state, self._precision, self._handlers,
-                                          resolve_plugins(fsdp_plugin))
+        plugins = resolve_plugins(fsdp_plugin, dynamo_backend=dynamo_backend,
+                                  dynamo_plugin=dynamo_plugin)
+        self._strategy = resolve_strategy(self.state, self._precision, self._handlers, plugins)
         self._models: list[torch.nn.Module] = []
         self._optimizers: list[AcceleratedOptimizer] = []
         self._schedulers: list[AcceleratedScheduler] = []

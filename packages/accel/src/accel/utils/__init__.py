@@ -2,7 +2,7 @@
 
 Every name here is the very object defined in an ``accel_*`` package, so
 ``accel.utils.gather is accel_state.gather``. The submodules (``accel.utils.operations``,
-``.random``, ``.environment``, ``.imports``, ``.dataclasses``, ...) give Accelerate's
+``.random``, ``.environment``, ``.imports``, ``.dataclasses``, ``.other``, ...) give Accelerate's
 finer paths; everything they export is also here.
 """
 
@@ -70,6 +70,8 @@ from accel.utils.dataclasses import *  # noqa: F403
 from accel.utils.dataclasses import __all__ as _dataclasses_all
 from accel.utils.environment import *  # noqa: F403
 from accel.utils.environment import __all__ as _environment_all
+from accel.utils.other import *  # noqa: F403
+from accel.utils.other import __all__ as _other_all
 
 _checkpoint_all = [
     "FSDP_MODEL_NAME", "MODEL_NAME", "OPTIMIZER_NAME", "PROFILE_PATTERN_NAME", "RNG_STATE_NAME",
@@ -84,7 +86,7 @@ _precision_all = ["contextual_fp8_autocast", "convert_model", "convert_model_to_
 
 __all__ = sorted({
     *_state_all, *_imports_all, *_operations_all, *_environment_all, *_dataclasses_all,
-    *_tracking_probes_all, *_checkpoint_all, *_precision_all, "tqdm",
+    *_tracking_probes_all, *_checkpoint_all, *_precision_all, *_other_all, "tqdm",
     "extract_model_from_parallel", "FSDP_SHARDING_STRATEGY", "FSDP_AUTO_WRAP_POLICY",
     "FSDP_BACKWARD_PREFETCH", "FSDP_STATE_DICT_TYPE", "FSDP2_STATE_DICT_TYPE",
 })

@@ -7,7 +7,9 @@ from accel_data import DataLoaderConfiguration
 from accel_parallel import (
     DDPCommunicationHookType,
     DistributedDataParallelKwargs,
+    DynamoBackend,
     FullyShardedDataParallelPlugin,
+    TorchDynamoPlugin,
 )
 from accel_precision.kwargs import (
     AORecipeKwargs,
@@ -32,8 +34,9 @@ from accel_tracking import LoggerType
 
 __all__ = ["AORecipeKwargs", "AutocastKwargs", "BaseEnum", "ComputeEnvironment",
            "DDPCommunicationHookType", "DataLoaderConfiguration", "DistributedDataParallelKwargs",
-           "DistributedType", "EnumWithContains", "FP8BackendType", "FP8RecipeKwargs",
+           "DistributedType", "DynamoBackend", "EnumWithContains", "FP8BackendType", "FP8RecipeKwargs",
            "FullyShardedDataParallelPlugin",
            "GradScalerKwargs", "GradientAccumulationPlugin", "InitProcessGroupKwargs",
            "KwargsHandler", "LoggerType", "PrecisionType", "ProjectConfiguration", "RNGType",
-           "SageMakerDistributedType", "TERecipeKwargs", "TensorInformation"]
+           "SageMakerDistributedType", "TERecipeKwargs", "TensorInformation",
+           "TorchDynamoPlugin"]
