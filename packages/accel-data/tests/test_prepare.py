@@ -216,3 +216,21 @@ def test_world_is_read_from_torch_distributed(tmp_path):
         assert len(_indices(half)) == 4
     finally:
         dist.destroy_process_group()
+
+
+def test_even_batches_can_be_switched_between_passes():
+    # 5 batches of 2 over 2 ranks: padded, rank 1 repeats the start; unpadded, it stops early
+    loader = DataLoader(_dataset(10), batch_size=2)
+    shards = _ranks(loader, 2)
+    assert [s.even_batches for s in shards] == [True, True]
+    assert [len(list(s)) for s in shards] == [3, 3]
+    for shard in shards:
+        shard.even_batches = False
+    assert [s.even_batches for s in shards] == [False, False]
+    assert [_indices(s) for s in shards] == [[0, 1, 4, 5, 8, 9], [2, 3, 6, 7]]
+    for shard in shards:
+        shard.even_batches = True
+    assert [_indices(s) for s in shards] == [[0, 1, 4, 5, 8, 9], [2, 3, 6, 7, 0, 1]]
+    single = prepare_data_loader(loader, num_processes=1, process_index=0)
+    single.even_batches = True  # nothing is sharded: nothing to pad
+    assert single.even_batches is False and len(list(single)) == 5

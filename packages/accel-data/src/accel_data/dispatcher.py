@@ -122,12 +122,21 @@ class DataLoaderDispatcher(DataLoaderShard):
         self._source = source_rank(0, group)  # global rank of the reader, torch's `src`
         self.split_batches = bool(split_batches)
         self.even_batches = bool(even_batches)
-        self._pads = self.even_batches
         self.slice_fn = slice_fn or slice_batch
         if self.split_batches:
             _check_split(self._loader_batch_size, self.num_processes, "DataLoaderDispatcher")
         if skip_batches:
             self.set_skip_batches(skip_batches)
+
+    @property
+    def even_batches(self) -> bool:
+        """Whether a short final step is completed with the epoch's first parts (settable
+        between passes, as ``Accelerator.join_uneven_inputs(even_batches=...)`` does)."""
+        return self._pads
+
+    @even_batches.setter
+    def even_batches(self, value: bool) -> None:
+        self._pads = bool(value)
 
     # -- sizes -------------------------------------------------------------------------------
     @property

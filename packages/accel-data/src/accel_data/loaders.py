@@ -227,6 +227,21 @@ class DataLoaderShard(DataLoaderStateMixin, DataLoader):
                 return bool(obj.drop_last)
         return bool(getattr(source, "drop_last", self.drop_last))
 
+    @property
+    def even_batches(self) -> bool:
+        """Whether the last batches are padded so that every rank takes the same number of
+        steps. Settable between passes (``Accelerator.join_uneven_inputs(even_batches=...)``
+        sets it for the block); an unsharded loader never pads."""
+        return self._pads
+
+    @even_batches.setter
+    def even_batches(self, value: bool) -> None:
+        shard = self._shard() or (self.dataset if hasattr(self.dataset, "num_processes")
+                                  else None)
+        if shard is not None:
+            shard.even_batches = bool(value)
+        self._pads = bool(value) and shard is not None
+
     def _shard(self) -> Any:
         """The ``BatchSamplerShard``/``IterableDatasetShard`` inside, or ``None``."""
         node = self.batch_sampler if self.batch_sampler is not None else self.sampler

@@ -148,3 +148,23 @@ class DDPStrategy(Strategy):
         if is_compiled_module(model):  # torch.compile(DDP(model)): the wrapper is inside
             return self.no_sync(model._orig_mod)
         return super().no_sync(model)
+
+    def join(self, joinables: list[Any], *,
+             enable: bool) -> contextlib.AbstractContextManager[Any] | None:
+        """torch's ``Join`` over the DDP models (and ZeroRedundancyOptimizers) given, seen
+        through a compile wrapper or an accel optimizer wrapper."""
+        from torch.distributed.algorithms import Join, Joinable
+
+        inner = []
+        for obj in joinables:
+            if is_compiled_module(obj):
+                obj = obj._orig_mod
+            if not isinstance(obj, Joinable) and isinstance(getattr(obj, "optimizer", None),
+                                                            Joinable):
+                obj = obj.optimizer
+            if not isinstance(obj, Joinable):
+                raise ConfigurationError(
+                    f"join_uneven_inputs got {type(obj).__name__}, which cannot join: pass the "
+                    "prepared DDP models (and ZeroRedundancyOptimizer optimizers) only.")
+            inner.append(obj)
+        return Join(inner, enable=enable, throw_on_early_termination=False)

@@ -243,6 +243,13 @@ class Strategy:
                 stack.enter_context(self.no_sync(model))
             yield
 
+    def join(self, joinables: list[Any], *,
+             enable: bool) -> contextlib.AbstractContextManager[Any] | None:
+        """A context in which ranks that run out of batches keep answering the others'
+        collectives until every rank is done (torch's ``Join``), or None where this strategy
+        has no such thing (``Accelerator.join_uneven_inputs`` then warns and does nothing)."""
+        return None
+
     # -- checkpoints --------------------------------------------------------------------------
     def checkpoint_format(self, models: list[torch.nn.Module]) -> Any:
         """The checkpoint layout for these prepared models: a layout name registered with

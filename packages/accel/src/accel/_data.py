@@ -6,7 +6,9 @@ Kept out of ``accelerator.py`` (a mixin) so the data options, ``gather_for_metri
 
 from __future__ import annotations
 
+import contextlib
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -112,3 +114,41 @@ class DataMixin:
         Only that epoch is shortened; map-style loaders skip without reading the samples.
         """
         return _skip_first_batches(dataloader, num_batches)
+
+    @contextlib.contextmanager
+    def join_uneven_inputs(self, joinables: list[Any],
+                           even_batches: bool | None = None) -> Iterator[None]:
+        """Let ranks that run out of batches finish while the others still train.
+
+        Inside the block, with DDP, a rank whose loader is exhausted keeps answering the
+        others' gradient all-reduces (torch's ``Join`` over ``joinables``, the prepared
+        models) instead of hanging them. ``even_batches`` overrides the prepared loaders'
+        setting for the block (False: no padding, so ranks may see different numbers of
+        batches); join is enabled exactly when batches are uneven. Other strategies warn and
+        run the block as it is.
+        """
+        if even_batches is None:
+            even_batches = self.even_batches
+        strategy = self._strategy  # type: ignore[attr-defined]
+        context = strategy.join(list(joinables), enable=not even_batches) \
+            if strategy.dp_size > 1 else None
+        if context is None:
+            if strategy.dp_size > 1:
+                warnings.warn(
+                    f"join_uneven_inputs has no effect with the {strategy.name!r} strategy: "
+                    "joining uneven inputs needs DDP; keep even_batches=True instead.",
+                    stacklevel=3)
+            yield
+            return
+        loaders = [dl for dl in self._dataloaders  # type: ignore[attr-defined]
+                   if hasattr(dl, "even_batches")]
+        previous = [dl.even_batches for dl in loaders]
+        try:
+            for loader in loaders:
+                loader.even_batches = even_batches
+            with context:
+                yield
+        finally:
+            for loader, value in zip(loaders, previous, strict=True):
+                loader.even_batches = value
+
