@@ -8,6 +8,12 @@ the others to arrive; if they never do (``save_state`` called on the main proces
 it commits the checkpoint alone and says so, instead of hanging the job. Ranks arriving
 after such a solo commit write nothing and warn.
 
+A rank that is *not* saving says so as soon as it reaches a sync point
+(:func:`sync_point`: ``load_state``, ``wait_for_everyone``): it marks itself absent from
+rank 0's pending save and waits for that save to be committed, so a main-only save
+(``if is_main_process: save_state(...)`` then ``load_state(...)`` everywhere) costs what
+an all-ranks save costs instead of the peer timeout, and the load never races the save.
+
 With ``save_on_each_node`` (machines without a shared file system) each machine's local
 rank 0 plays rank 0's part for the ranks of its machine: every machine gets a complete
 checkpoint on its own disk, holding the RNG states of its own ranks. (On a shared file
@@ -17,6 +23,7 @@ system the machines would commit the same path in turn, and the last one would w
 from __future__ import annotations
 
 import json
+import time
 import uuid
 import warnings
 from datetime import timedelta
@@ -30,9 +37,12 @@ from accel_state.detect import detect_placement
 from accel_checkpoint.constants import TMP_INFIX
 from accel_checkpoint.errors import CheckpointError
 
-__all__ = ["Peers", "SaveRound"]
+__all__ = ["Peers", "SaveRound", "sync_point"]
 
 _DEFAULT_PEER_TIMEOUT = 60
+_ABSENT = b"absent"
+#: pauses between two looks of :func:`sync_point` at the store (doubling from first to max)
+_SYNC_POLL_FIRST, _SYNC_POLL_MAX = 0.001, 0.1
 
 
 class Peers:
@@ -90,13 +100,15 @@ class SaveRound:
         self.final, self.peers = final, peers
         self.solo = peers.store is None
         self._prefix = ""
+        self._absent: list[int] = []
         if peers.store is not None:  # one round per writer: per machine with save_on_each_node
             base = f"accel_checkpoint/{final.resolve()}/{peers.writer}"
             generation = peers.store.add(f"{base}/generation/{peers.rank}", 1)
             self._prefix = f"{base}/{generation}"
 
     def _others(self) -> list[int]:
-        return [r for r in self.peers.group if r != self.peers.writer]
+        """The ranks that write a part of this save (those marked absent do not)."""
+        return [r for r in self.peers.group if r != self.peers.writer and r not in self._absent]
 
     def _key(self, *parts: object) -> str:
         return "/".join([self._prefix, *map(str, parts)])
@@ -107,14 +119,11 @@ class SaveRound:
         if peers.is_writer:
             staging = new_staging_dir(self.final)
             if store is not None:
-                self.solo = not self._peers_arrived()
+                store.set(_pending_key(peers.writer), self._prefix)
+                arrived = self._peers_arrived()
+                self.solo = not arrived or (bool(self._absent) and not self._others())
                 if self.solo:
-                    warnings.warn(
-                        f"Only rank {peers.rank} of ranks {list(peers.group)} entered the save "
-                        f"of {self.final} within "
-                        f"{self.peer_timeout()} s: committing it without the other ranks' RNG "
-                        "states. Call save_state on every process (or raise "
-                        "ACCEL_CHECKPOINT_PEER_TIMEOUT if they are just slow).", stacklevel=3)
+                    self._warn_solo(arrived)
                 store.set(self._key("staging"), "" if self.solo else str(staging))
             return staging
         store.set(self._key("arrived", peers.rank), "1")
@@ -127,19 +136,35 @@ class SaveRound:
             return None
         return Path(staging)
 
+    def _warn_solo(self, arrived: bool) -> None:
+        peers = self.peers
+        why = (f"the other ranks went on without saving ({self._absent} reached a sync point)"
+               if arrived else f"no other rank entered it within {self.peer_timeout()} s")
+        warnings.warn(
+            f"Rank {peers.rank} saved {self.final} alone: {why}. The checkpoint holds no RNG "
+            f"state of ranks {[r for r in peers.group if r != peers.rank]}, so after "
+            "load_state their random draws (dropout, augmentation) differ from an "
+            "uninterrupted run; everything else is restored. Call save_state on every "
+            "process for an exact resume.", stacklevel=4)
+
     @staticmethod
     def peer_timeout() -> int:
         """Seconds rank 0 waits for the others to enter a save."""
         return env.CHECKPOINT_PEER_TIMEOUT.get_int(_DEFAULT_PEER_TIMEOUT)
 
     def _peers_arrived(self) -> bool:
-        keys = [self._key("arrived", r) for r in self._others()]
+        """Wait until every other rank has entered this save or said it will not (it
+        reached a sync point instead; :attr:`_absent` then lists it); False on timeout."""
+        others = self._others()
+        keys = [self._key("arrived", r) for r in others]
         if not keys:
             return True
         try:
             self.peers.store.wait(keys, timedelta(seconds=self.peer_timeout()))
         except RuntimeError:  # DistStoreError: timed out
             return False
+        self._absent = [r for r, key in zip(others, keys, strict=True)
+                        if self.peers.store.get(key) == _ABSENT]
         return True
 
     def everyone_arrived(self) -> bool:
@@ -150,7 +175,14 @@ class SaveRound:
         if not self.peers.is_writer:
             self.peers.store.set(self._key("arrived", self.peers.rank), "1")
             return True
-        return self._peers_arrived()
+        store = self.peers.store
+        store.set(_pending_key(self.peers.writer), self._prefix)
+        everyone = self._peers_arrived() and not self._absent
+        if everyone:  # the rest of this save runs on collectives
+            store.set(_pending_key(self.peers.writer), "")
+        else:  # release the ranks that said they are not saving
+            self.finish(CheckpointError("not every rank entered the save"))
+        return everyone
 
     def publish(self, files: dict[str, Any], objects: dict[str, Any],
                 error: BaseException | None = None) -> None:
@@ -184,6 +216,7 @@ class SaveRound:
         if not store.check([self._key("staging")]):  # failed before begin() published it
             store.set(self._key("staging"), "")
         store.set(self._key("done"), "ok" if error is None else f"{type(error).__name__}: {error}")
+        store.set(_pending_key(self.peers.writer), "")
 
     def wait_done(self) -> None:
         """Non-zero rank: return once rank 0 has committed; raise if it failed."""
@@ -191,3 +224,45 @@ class SaveRound:
         if outcome != "ok":
             raise CheckpointError(f"Rank {self.peers.writer} failed to commit {self.final}: "
                                   f"{outcome}")
+
+
+def _pending_key(writer: int) -> str:
+    """Where a writer publishes the key prefix of the save it is in ("" when none)."""
+    return f"accel_checkpoint/pending/{writer}"
+
+
+def sync_point(name: str, save_on_each_node: bool = False, peers: Peers | None = None) -> None:
+    """Call on every rank where the ranks meet (``load_state``, ``wait_for_everyone``)
+    *before* their collective: a rank that finds its writer inside a save marks itself
+    absent from it and waits until that save is committed, so a save started on the writer
+    alone commits at once instead of after the peer timeout, and a load that follows it
+    reads the finished checkpoint. Returns when the writer reaches the same sync point (or,
+    as a bound, after the peer timeout; the caller's collective then waits as it would).
+    ``name`` tells sync points apart; each rank must pass them in the same order.
+    ``peers``: this rank's view (default: from the process group)."""
+    peers = peers if peers is not None else Peers.current(save_on_each_node)
+    store = peers.store
+    if store is None:
+        return
+    sequence = store.add(f"accel_checkpoint/sync/{name}/count/{peers.rank}", 1)
+    arrival = f"accel_checkpoint/sync/{name}/{sequence}/{peers.writer}"
+    if peers.is_writer:
+        store.set(arrival, "1")
+        return
+    pending_key = _pending_key(peers.writer)
+    deadline = time.monotonic() + SaveRound.peer_timeout()
+    pause = _SYNC_POLL_FIRST
+    while not store.check([arrival]):  # polled: a timed-out store wait logs a C++ warning
+        if time.monotonic() > deadline:
+            return
+        time.sleep(pause)
+        pause = min(pause * 2, _SYNC_POLL_MAX)
+        prefix = store.get(pending_key).decode() if store.check([pending_key]) else ""
+        if prefix and not store.check([f"{prefix}/arrived/{peers.rank}"]):
+            store.set(f"{prefix}/arrived/{peers.rank}", _ABSENT.decode())
+            # this rank skipped that save: its count of saves of that path catches up, so
+            # its next save of the path joins the writer's next one
+            base, generation = prefix.rsplit("/", 1)
+            store.set(f"{base}/generation/{peers.rank}", generation)
+            store.wait([f"{prefix}/done"])
+

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from accel_checkpoint.coordination import sync_point
 from accel_checkpoint.errors import CheckpointError
 from accel_checkpoint.manager import (
     VERIFY_MODES,
@@ -44,7 +45,8 @@ from accel._checkpoint_objects import saved_dataloaders, scaler_of, shared_objec
 
 __all__ = ["init_checkpointing", "save_state", "load_state", "register_for_checkpointing",
            "register_save_state_pre_hook", "register_load_state_pre_hook", "save_model",
-           "get_state_dict", "wait_for_checkpoint", "checkpoint_gate", "CheckpointingMixin"]
+           "get_state_dict", "wait_for_checkpoint", "checkpoint_gate", "checkpoint_sync_point",
+           "CheckpointingMixin"]
 
 _AUTO_NAME = re.compile(r"checkpoint_(\d+)")
 
@@ -74,6 +76,13 @@ def wait_for_checkpoint(accelerator: Any) -> None:
     if pending is not None:
         pending.wait()
     wait_for_pending_saves()
+
+
+def checkpoint_sync_point(accelerator: Any, name: str) -> None:
+    """Where ranks meet (``load_state``, ``wait_for_everyone``): a rank that is not in the
+    main process's pending save says so, and waits for it to be committed, so a save made
+    on the main process only costs no peer timeout and a load after it reads it whole."""
+    sync_point(name, accelerator.project_configuration.save_on_each_node)
 
 
 def checkpoint_gate(accelerator: Any) -> None:
@@ -205,6 +214,7 @@ def load_state(accelerator: Any, input_dir: str | os.PathLike[str] | None = None
     """
     mode = _verify_mode(verify)
     wait_for_checkpoint(accelerator)
+    checkpoint_sync_point(accelerator, "load_state")
     config = accelerator.project_configuration
     input_dir = _input_dir(config, input_dir)
     layout = checkpoint_layout(accelerator)

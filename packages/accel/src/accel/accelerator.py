@@ -27,6 +27,7 @@ from accel_state import (
 
 from accel import _tracking
 from accel import checkpointing as _ckpt
+from accel._checkpointing import checkpoint_sync_point
 from accel._data import UNSET as _UNSET
 from accel._data import DataMixin, resolve_dataloader_config
 from accel._precision import PrecisionMixin
@@ -306,6 +307,8 @@ class Accelerator(PrecisionMixin, DataMixin, _ckpt.CheckpointingMixin, _tracking
         return pad_across_processes(tensor, dim=dim, pad_index=pad_index, pad_first=pad_first)
 
     def wait_for_everyone(self) -> None:
+        """Barrier; a rank first lets a save the main process makes alone commit."""
+        checkpoint_sync_point(self, "wait_for_everyone")
         self.state.wait_for_everyone()
 
     def print(self, *args: Any, **kwargs: Any) -> None:
