@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from accel_checkpoint.accelerate_format import is_accelerate_checkpoint
 from accel_checkpoint.coordination import sync_point
 from accel_checkpoint.errors import CheckpointError
 from accel_checkpoint.manager import (
@@ -40,6 +41,7 @@ from accel_state.errors import ConfigurationError
 from accel_state.protocols import Stateful
 from torch.utils.hooks import RemovableHandle
 
+from accel._accelerate_checkpoints import load_accelerate_checkpoint
 from accel._checkpoint_layouts import check_layout, checkpoint_layout
 from accel._checkpoint_objects import saved_dataloaders, scaler_of, shared_objects
 
@@ -210,13 +212,18 @@ def load_state(accelerator: Any, input_dir: str | os.PathLike[str] | None = None
     first. ``trust_pickles``: load a layout whose writer unpickles arbitrary objects
     (default: ``ACCEL_CHECKPOINT_TRUST_PICKLES``; see docs/checkpoint.md). The checkpoint's
     layout must be the one the strategy saves the prepared models in. With automatic
-    naming, later saves continue the numbering after the loaded checkpoint.
+    naming, later saves continue the numbering after the loaded checkpoint. A folder
+    written by Hugging Face Accelerate's ``save_state`` loads too (docs/checkpoint.md).
     """
     mode = _verify_mode(verify)
     wait_for_checkpoint(accelerator)
     checkpoint_sync_point(accelerator, "load_state")
     config = accelerator.project_configuration
     input_dir = _input_dir(config, input_dir)
+    if is_accelerate_checkpoint(input_dir):  # a project switching from Accelerate
+        load_accelerate_checkpoint(accelerator, input_dir,
+                                   strict=load_model_func_kwargs.get("strict", True))
+        return
     layout = checkpoint_layout(accelerator)
     manifest = read_manifest(input_dir)
     check_layout(manifest.layout, manifest.world_size, layout.name, input_dir)
