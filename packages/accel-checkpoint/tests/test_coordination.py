@@ -81,3 +81,33 @@ def test_a_save_every_rank_must_enter_fails_fast_when_one_went_on(peers, tmp_pat
     sync_point("load_state", peers=writer)
     thread.join(10)
     assert not thread.is_alive() and "error" not in result
+
+
+def test_a_lagging_rank_does_not_skip_the_writers_next_save(peers, tmp_path, monkeypatch):
+    """The writer reaches the sync point and starts its next (all-ranks) save while the other
+    rank is still between two looks at the store: that save must wait for it, not count it
+    absent (which left the other rank waiting for a save that never came)."""
+    import accel_checkpoint.coordination as coordination
+
+    writer, other = peers
+    round_ = SaveRound(tmp_path / "next", writer)
+    started: dict = {}
+    real_sleep = time.sleep
+
+    def writer_moves_on(seconds):
+        if not started:
+            sync_point("load_state", peers=writer)  # the writer arrives ...
+            started["save"] = _in_thread(round_.begin)  # ... and begins its next save
+            while writer.store.get("accel_checkpoint/pending/0").decode() != round_._prefix:
+                real_sleep(0.001)
+        real_sleep(seconds)
+
+    monkeypatch.setattr(coordination.time, "sleep", writer_moves_on)
+    sync_point("load_state", peers=other)
+    assert started and not writer.store.check([f"{round_._prefix}/arrived/1"])
+    monkeypatch.setattr(coordination.time, "sleep", real_sleep)
+    joined = SaveRound(tmp_path / "next", other)
+    assert joined._prefix == round_._prefix and joined.begin() is not None
+    thread, result = started["save"]
+    thread.join(10)
+    assert "error" not in result and not round_.solo

@@ -258,6 +258,11 @@ def sync_point(name: str, save_on_each_node: bool = False, peers: Peers | None =
         time.sleep(pause)
         pause = min(pause * 2, _SYNC_POLL_MAX)
         prefix = store.get(pending_key).decode() if store.check([pending_key]) else ""
+        # read the pending save first, then whether the writer has reached this sync point:
+        # it publishes its arrival before any later save, so a save seen pending while it
+        # has not arrived is one this rank skipped, never the next one it will join
+        if store.check([arrival]):
+            return
         if prefix and not store.check([f"{prefix}/arrived/{peers.rank}"]):
             store.set(f"{prefix}/arrived/{peers.rank}", _ABSENT.decode())
             # this rank skipped that save: its count of saves of that path catches up, so
