@@ -2,9 +2,12 @@
 
 Chosen when the configuration holds a :class:`FullyShardedDataParallelPlugin`
 (``Accelerator(fsdp_plugin=...)`` or ``ACCELERATE_USE_FSDP=true`` with ``FSDP_*``
-variables). Parameters become DTensors sharded over a one-dimensional mesh (``dp_shard``),
-or a two-dimensional one (``dp_replicate`` × ``dp_shard``) for hybrid sharding and
-``NO_SHARD``. The precision is handed to FSDP2 as dtypes (``MixedPrecisionPolicy``:
+variables), and the FSDP step of the N-D strategy (:mod:`accel_parallel.nd`). Parameters
+become DTensors sharded over the ``dp_shard`` dimension of the run's one mesh
+(:mod:`accel_parallel.mesh`), or over ``dp_replicate`` × ``dp_shard`` for hybrid sharding
+and ``NO_SHARD`` (a shard dimension of size 1). The model goes through the strategy's one
+order of steps: parallelize (TP, in the N-D strategy), activation checkpointing, compile,
+``fully_shard``. The precision is handed to FSDP2 as dtypes (``MixedPrecisionPolicy``:
 parameters in the low dtype for compute, gradients reduced in fp32, outputs fp32), so a
 bf16 FSDP2 run does not also autocast. Checkpoints are sharded (DCP, every rank its
 shards), which the base :meth:`Strategy.checkpoint_format` already says for DTensor models.
@@ -20,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from accel_state import ConfigurationError, DistributedType
 
+from accel_parallel.mesh import BuiltMesh, build_mesh
 from accel_parallel.strategy import Strategy
 from accel_parallel.torch_fsdp import fsdp2
 from accel_parallel.unwrap import is_sharded_model
@@ -29,9 +33,11 @@ if TYPE_CHECKING:
     from accel_state import PartialState
 
     from accel_parallel.fsdp_plugin import FullyShardedDataParallelPlugin
+    from accel_parallel.parallelism_config import ParallelismConfig
     from accel_parallel.selection import StrategyConfig
 
-__all__ = ["FSDP2Strategy", "CheckpointedForward"]
+__all__ = ["FSDP2Strategy", "CheckpointedForward", "apply_activation_checkpointing",
+           "plugin_parallelism"]
 
 
 class CheckpointedForward:
@@ -58,7 +64,8 @@ class FSDP2Strategy(Strategy):
     priority = 50
 
     def __init__(self, state: PartialState, *, precision: Precision | None = None,
-                 plugin: FullyShardedDataParallelPlugin | None = None, **options: Any) -> None:
+                 plugin: FullyShardedDataParallelPlugin | None = None,
+                 parallelism: ParallelismConfig | None = None, **options: Any) -> None:
         super().__init__(state, precision=precision, **options)
         if plugin is None:
             from accel_parallel.fsdp_plugin import FullyShardedDataParallelPlugin
@@ -71,7 +78,11 @@ class FSDP2Strategy(Strategy):
                 "inf/nan check agrees across the shards, which accel does not have yet; use "
                 "mixed_precision='bf16' (no loss scaling) with FSDP.")
         plugin.validate_cpu_offload(state.device)
-        self.mesh = self._build_mesh()
+        #: the resolved sizes of the mesh (given, or implied by the plugin's strategy)
+        self.parallelism = parallelism if parallelism is not None else self._plugin_sizes()
+        self._mesh = self._build_mesh()
+        #: the run's one named DeviceMesh (Accelerate's ``torch_device_mesh``)
+        self.mesh = self._mesh.mesh
 
     # -- selection -----------------------------------------------------------------------------
     @classmethod
@@ -84,47 +95,61 @@ class FSDP2Strategy(Strategy):
         return cls(config.state, precision=config.precision, plugin=config.plugins.get("fsdp"))
 
     # -- topology ------------------------------------------------------------------------------
-    def _mesh_shape(self) -> tuple[int, int]:
-        """``(dp_replicate, dp_shard)``: replicate over machines and shard within one
-        (hybrid), replicate only (NO_SHARD) or shard over every process."""
-        world = self.state.num_processes
-        if self.plugin.replicate_only:
-            return world, 1
-        if self.plugin.hybrid:
-            local = _local_world(world)
-            if world % local:
-                raise ConfigurationError(
-                    f"Hybrid sharding shards within a machine: {world} processes do not split "
-                    f"into machines of {local}; use FULL_SHARD, or the same number of "
-                    "processes on every machine.")
-            return world // local, local
-        return 1, world
+    def _plugin_sizes(self) -> ParallelismConfig:
+        return plugin_parallelism(self.plugin, self.state.num_processes)
 
-    def _build_mesh(self) -> Any:
-        from torch.distributed.device_mesh import init_device_mesh
+    def _kept_dims(self) -> tuple[str, ...]:
+        """Mesh dimensions kept at size 1: FSDP2 always shards over ``dp_shard``."""
+        return ("dp_shard",)
 
-        replicate, shard = self._mesh_shape()
+    def _build_mesh(self) -> BuiltMesh:
         device = self.state.device.type
-        if replicate == 1:
-            return init_device_mesh(device, (shard,), mesh_dim_names=("dp_shard",))
-        return init_device_mesh(device, (replicate, shard),
-                                mesh_dim_names=("dp_replicate", "dp_shard"))
+        built = build_mesh(self.parallelism, device, keep=self._kept_dims())
+        if built is None:  # one process, nothing to split: a mesh of this process
+            built = build_mesh(self.parallelism, device, keep=("dp_replicate",))
+        if built is None:
+            raise ConfigurationError("internal: no device mesh could be built")
+        self.parallelism._built, self.parallelism.device_mesh = built, built.mesh
+        return built
+
+    @property
+    def fsdp_mesh(self) -> Any:
+        """The (sub)mesh ``fully_shard`` gets: ``dp_shard`` (with ``cp`` folded in when
+        context parallelism is on), preceded by ``dp_replicate`` for hybrid sharding."""
+        names = self._mesh.names
+        shard = "dp_shard_cp" if "cp" in names or "sp" in names else "dp_shard"
+        return self._mesh.submesh(("dp_replicate", shard) if "dp_replicate" in names
+                                  else shard)
+
+    @property
+    def device_mesh(self) -> Any:
+        return self.mesh
 
     @property
     def distributed_type(self) -> DistributedType:
         return DistributedType.FSDP
 
     @property
+    def dp_size(self) -> int:
+        return self._mesh.dp_size
+
+    @property
+    def dp_rank(self) -> int:
+        return self._mesh.dp_rank
+
+    @property
+    def dp_group(self) -> Any:
+        """None (every process) unless other dimensions (TP, CP) share the batches."""
+        return None if self.dp_size == self.state.num_processes else self._mesh.dp_group
+
+    @property
     def parallel_sizes(self) -> dict[str, int]:
         """Read from the mesh built at construction (a 1-D mesh has no replicas)."""
-        return {"dp_replicate": 1, **dict(zip(self.mesh.mesh_dim_names, self.mesh.shape,
-                                               strict=True))}
+        return {"dp_replicate": 1, **self._mesh.sizes}
 
     @property
     def parallel_ranks(self) -> dict[str, int]:
-        coordinate = self.mesh.get_coordinate()
-        return {"dp_replicate": 0, **dict(zip(self.mesh.mesh_dim_names, coordinate,
-                                               strict=True))}
+        return {"dp_replicate": 0, **self._mesh.coordinate}
 
     # -- models --------------------------------------------------------------------------------
     def _mixed_precision_policy(self, root: bool) -> Any:
@@ -145,7 +170,7 @@ class FSDP2Strategy(Strategy):
         torch's own default does): backward starts with it, so it would be gathered again
         at once; the plugin's ``reshard_after_forward`` applies to every inner unit."""
         reshard = self.plugin.reshard_after_forward and not root
-        options: dict[str, Any] = {"mesh": self.mesh, "reshard_after_forward": reshard,
+        options: dict[str, Any] = {"mesh": self.fsdp_mesh, "reshard_after_forward": reshard,
                                    "mp_policy": self._mixed_precision_policy(root)}
         if self.plugin.cpu_offload:
             options["offload_policy"] = fsdp2().CPUOffloadPolicy()
@@ -153,8 +178,10 @@ class FSDP2Strategy(Strategy):
 
     def prepare_model(self, model: torch.nn.Module, *, device_placement: bool = True,
                       evaluation_mode: bool = False) -> torch.nn.Module:
-        """Convert layers for the precision, move, checkpoint activations if asked, then
-        ``fully_shard`` the plugin's wrap targets bottom-up and the model last."""
+        """Convert layers for the precision and move; then, in this order: parallelize
+        (:meth:`parallelize`: TP in the N-D strategy), checkpoint activations if asked,
+        compile (in place), and ``fully_shard`` the plugin's wrap targets bottom-up and the
+        model last."""
         model = self.precision.convert_module(model)
         on_meta = any(t.is_meta for t in (*model.parameters(), *model.buffers()))
         if device_placement and not on_meta:
@@ -162,22 +189,32 @@ class FSDP2Strategy(Strategy):
         if is_sharded_model(model) or not any(True for _ in model.parameters()):
             return model  # sharded by the user, or nothing to shard
         source = self._weights_to_broadcast(model, on_meta)
+        self.parallelize(model)
         targets = self.plugin.modules_to_shard(model)
         if self.plugin.activation_checkpointing:
-            for module in targets or [model]:
-                if not isinstance(module.forward, CheckpointedForward):
-                    module.forward = CheckpointedForward(module.forward)
-        ignored = self.plugin.ignored_params(model)
-        extra = {"ignored_params": ignored} if ignored else {}
-        fully_shard = fsdp2().fully_shard
-        for module in targets:
-            fully_shard(module, **self._shard_options(root=False), **extra)
-        fully_shard(model, **self._shard_options(root=True), **extra)
+            apply_activation_checkpointing(targets or [model])
+        model = self.compile_model(model, in_place=True)
+        self.apply_fsdp(model, targets)
         if on_meta:
             model.to_empty(device=self.state.device)  # allocate this rank's shards only
         if source is not None:
             _broadcast_from_main(model, source)
         return model
+
+    def parallelize(self, model: torch.nn.Module) -> None:
+        """The step before activation checkpointing: split the model within a data-parallel
+        replica (nothing here; tensor parallelism in the N-D strategy)."""
+
+    def apply_fsdp(self, model: torch.nn.Module, targets: list[torch.nn.Module]) -> None:
+        """``fully_shard`` each wrap target (children first), then the model, over
+        :attr:`fsdp_mesh`."""
+        ignored = self.plugin.ignored_params(model)
+        extra = {"ignored_params": ignored} if ignored else {}
+        fully_shard = fsdp2().fully_shard
+        root = getattr(model, "_orig_mod", model)  # a compile wrapper shares the module
+        for module in targets:
+            fully_shard(module, **self._shard_options(root=False), **extra)
+        fully_shard(root, **self._shard_options(root=True), **extra)
 
     def _weights_to_broadcast(self, model: torch.nn.Module, on_meta: bool) -> dict | None:
         """With ``sync_module_states`` (implied by ``cpu_ram_efficient_loading``) the main
@@ -211,6 +248,35 @@ class FSDP2Strategy(Strategy):
         norm = torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
         full_tensor = getattr(norm, "full_tensor", None)
         return full_tensor() if full_tensor is not None else norm
+
+
+def plugin_parallelism(plugin: FullyShardedDataParallelPlugin, world: int
+                       ) -> ParallelismConfig:
+    """The mesh sizes an FSDP plugin's strategy implies without a ParallelismConfig:
+    replicate over machines and shard within one (hybrid), replicate only (NO_SHARD) or
+    shard over every process."""
+    from accel_parallel.parallelism_config import ParallelismConfig
+
+    replicate, shard = 1, world
+    if plugin.replicate_only:
+        replicate, shard = world, 1
+    elif plugin.hybrid:
+        local = _local_world(world)
+        if world % local:
+            raise ConfigurationError(
+                f"Hybrid sharding shards within a machine: {world} processes do not split "
+                f"into machines of {local}; use FULL_SHARD, or the same number of "
+                "processes on every machine.")
+        replicate, shard = world // local, local
+    return ParallelismConfig(dp_replicate_size=replicate, dp_shard_size=shard, tp_size=1,
+                             cp_size=1, sp_size=1)
+
+
+def apply_activation_checkpointing(modules: list[torch.nn.Module]) -> None:
+    """Recompute each module's activations in backward (its forward replaced in place)."""
+    for module in modules:
+        if not isinstance(module.forward, CheckpointedForward):
+            module.forward = CheckpointedForward(module.forward)
 
 
 def _ensure_process_group(state: PartialState) -> None:

@@ -53,4 +53,36 @@ FSDP_BACKWARD_PREFETCH = _var(
     "ACCEL_FSDP_BACKWARD_PREFETCH", "FSDP1 option: BACKWARD_PRE (what FSDP2 does) or "
     "NO_PREFETCH; BACKWARD_POST has no FSDP2 equivalent.", "FSDP_BACKWARD_PREFETCH")
 
+# --- ParallelismConfig (Accelerate's PARALLELISM_CONFIG_* names) ---------------------------
+# Read by accel_parallel.ParallelismConfig for fields left as None; an explicit argument wins.
+# Accelerate's launcher writes ACCELERATE_USE_PARALLELISM_CONFIG and these from its config file.
+USE_PARALLELISM_CONFIG = _var(
+    "ACCEL_USE_PARALLELISM_CONFIG", "1 to build a ParallelismConfig from the PARALLELISM_CONFIG_* "
+    "variables when the Accelerator is given none.", "ACCELERATE_USE_PARALLELISM_CONFIG")
+PARALLELISM_CONFIG_DP_REPLICATE_SIZE = _var(
+    "ACCEL_PARALLELISM_CONFIG_DP_REPLICATE_SIZE", "Data-parallel replicas (DDP, or the replicate "
+    "dimension of HSDP); default 1.", "PARALLELISM_CONFIG_DP_REPLICATE_SIZE")
+PARALLELISM_CONFIG_DP_SHARD_SIZE = _var(
+    "ACCEL_PARALLELISM_CONFIG_DP_SHARD_SIZE", "Processes FSDP2 shards each replica over; "
+    "default 1.", "PARALLELISM_CONFIG_DP_SHARD_SIZE")
+PARALLELISM_CONFIG_TP_SIZE = _var(
+    "ACCEL_PARALLELISM_CONFIG_TP_SIZE", "Tensor-parallel degree (parallelize_module over the "
+    "'tp' mesh dimension); default 1.", "PARALLELISM_CONFIG_TP_SIZE")
+PARALLELISM_CONFIG_CP_SIZE = _var(
+    "ACCEL_PARALLELISM_CONFIG_CP_SIZE", "Context-parallel degree (sequence split for SDPA "
+    "attention; needs CUDA); default 1.", "PARALLELISM_CONFIG_CP_SIZE")
+PARALLELISM_CONFIG_CP_BACKEND = _var(
+    "ACCEL_PARALLELISM_CONFIG_CP_BACKEND", "Context-parallel implementation: torch (default, "
+    "the only one).", "PARALLELISM_CONFIG_CP_BACKEND")
+PARALLELISM_CONFIG_CP_COMM_STRATEGY = _var(
+    "ACCEL_PARALLELISM_CONFIG_CP_COMM_STRATEGY", "How context-parallel attention exchanges keys "
+    "and values: allgather (default) or alltoall.", "PARALLELISM_CONFIG_CP_COMM_STRATEGY")
+PARALLELISM_CONFIG_SP_SIZE = _var(
+    "ACCEL_PARALLELISM_CONFIG_SP_SIZE", "Ulysses sequence-parallel degree (Accelerate's sp_size); "
+    "default 1. accel refuses values above 1: use tp_size with sequence_parallel, or cp_size.",
+    "PARALLELISM_CONFIG_SP_SIZE")
+PARALLELISM_CONFIG_SP_BACKEND = _var(
+    "ACCEL_PARALLELISM_CONFIG_SP_BACKEND", "Ulysses sequence-parallel backend: deepspeed "
+    "(default) or accelerate.", "PARALLELISM_CONFIG_SP_BACKEND")
+
 __all__ = [name for name in dict(globals()) if name.isupper()]
