@@ -1,0 +1,192 @@
+"""DeepSpeed's own engine checkpoint, written inside accel-checkpoint's commit protocol.
+
+:class:`DeepSpeedWriter` is a :class:`~accel_state.protocols.RankCheckpointWriter`: every
+rank calls ``engine.save_checkpoint`` into ``<staging>/deepspeed`` (tag = the model's
+entry name, ``model``, ``model_1``, ...) and reports the files it wrote — rank ``r`` the
+``*zero_pp_rank_<r>_*`` partitions, rank 0 everything else (the module states, DeepSpeed's
+``zero_to_fp32.py``) — so that accel-checkpoint hashes them, lists them in the manifest
+and commits the directory with one atomic rename, with the schedulers, data positions and
+RNG states beside them. Loading runs only after every byte was verified, then calls
+``engine.load_checkpoint``.
+
+Pickles: DeepSpeed's own checkpoint engine reads its ``.pt`` files with
+``torch.load(weights_only=False)``. While loading, the writer swaps in a checkpoint engine
+that reads them with ``torch.load(weights_only=True)`` under an allow-list of the few
+DeepSpeed classes its checkpoints hold (:func:`deepspeed_safe_globals`), so the writer
+declares ``unpickles = "restricted"``: no code of the file's choosing can run, and no
+``trust_pickles`` is needed. A file with any other class is refused, naming it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import pickle
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+from accel_state import ConfigurationError, DistributedError
+from accel_state.protocols import UNPICKLES_RESTRICTED
+
+if TYPE_CHECKING:
+    from accel_parallel.deepspeed import DeepSpeedStrategy
+
+__all__ = ["DeepSpeedWriter", "DEEPSPEED_LAYOUT", "DEEPSPEED_DIR", "deepspeed_safe_globals",
+           "restricted_load"]
+
+#: ``manifest.json`` ``layout`` of a DeepSpeed checkpoint
+DEEPSPEED_LAYOUT = "deepspeed"
+#: the folder of the checkpoint that holds DeepSpeed's own files
+DEEPSPEED_DIR = "deepspeed"
+_RANK_FILE = re.compile(r"(?:^|_)zero_pp_rank_(\d+)_")
+
+
+def deepspeed_safe_globals() -> list[Any]:
+    """The DeepSpeed classes its ZeRO checkpoints pickle besides tensors and containers
+    (seen in stage 0-3, fp32/bf16/fp16, offload checkpoints): plain data holders."""
+    from deepspeed.runtime.fp16.loss_scaler import DynamicLossScaler, LossScaler
+    from deepspeed.runtime.zero.config import ZeroStageEnum
+    from deepspeed.utils.tensor_fragment import fragment_address
+
+    return [LossScaler, DynamicLossScaler, ZeroStageEnum, fragment_address]
+
+
+def restricted_load(path: Any, map_location: Any = None) -> Any:
+    """``torch.load(weights_only=True)`` with :func:`deepspeed_safe_globals` allowed."""
+    allowed = deepspeed_safe_globals()
+    scope = getattr(torch.serialization, "safe_globals", None)
+    if scope is None:  # torch 2.4: only the process-wide list exists
+        torch.serialization.add_safe_globals(allowed)
+    with scope(allowed) if scope is not None else contextlib.nullcontext():
+        try:
+            return torch.load(path, map_location=map_location, weights_only=True)
+        except pickle.UnpicklingError as error:
+            named = re.search(r"GLOBAL ([\w.]+)", str(error))
+            what = named.group(1) if named else str(error).splitlines()[0]
+            raise pickle.UnpicklingError(
+                f"{path} holds an object outside the allow-list of DeepSpeed checkpoint "
+                f"classes, which accel does not unpickle: {what}. Was it written by another "
+                "DeepSpeed version? Convert it with DeepSpeed's zero_to_fp32 where you trust "
+                "it (`accel merge-weights --trust_pickles`).") from None
+
+
+class _RestrictedEngine:
+    """DeepSpeed's checkpoint engine with its ``load`` replaced by :func:`restricted_load`."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def load(self, path: Any, map_location: Any = None) -> Any:
+        return restricted_load(path, map_location)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "_inner":  # not set yet (copy, unpickling): no recursion
+            raise AttributeError(name)
+        return getattr(self._inner, name)
+
+
+class DeepSpeedWriter:
+    """Saves and loads the DeepSpeed engines of a :class:`DeepSpeedStrategy`."""
+
+    layout = DEEPSPEED_LAYOUT
+    unpickles = UNPICKLES_RESTRICTED
+
+    def __init__(self, strategy: DeepSpeedStrategy) -> None:
+        self.strategy = strategy
+
+    def _engine_of(self, obj: Any) -> Any | None:
+        for engine in self.strategy.engines.values():
+            if obj is engine or obj is engine.module:
+                return engine
+        return None
+
+    def _owner_of_optimizer(self, obj: Any) -> Any | None:
+        inner = getattr(obj, "optimizer", obj)
+        for engine in self.strategy.engines.values():
+            if inner is engine.optimizer or obj is engine.optimizer:
+                return engine
+        return None
+
+    def _engines(self, objects: Mapping[str, Any]) -> dict[str, Any]:
+        """The engine of each model entry; every optimizer must belong to one of them."""
+        engines: dict[str, Any] = {}
+        for name, obj in objects.items():
+            if isinstance(obj, torch.nn.Module):
+                engine = self._engine_of(obj)
+                if engine is None:
+                    raise ConfigurationError(
+                        f"Checkpoint entry {name!r} ({type(obj).__name__}) was not prepared by "
+                        "DeepSpeed: with a DeepSpeed strategy every model goes through "
+                        "accelerator.prepare.")
+                engines[name] = engine
+        owned = {id(e) for e in engines.values()}
+        for name, obj in objects.items():
+            if not isinstance(obj, torch.nn.Module):
+                engine = self._owner_of_optimizer(obj)
+                if engine is None or id(engine) not in owned:
+                    raise ConfigurationError(
+                        f"Checkpoint entry {name!r} ({type(obj).__name__}) is not the optimizer of "
+                        "a DeepSpeed engine saved with it: DeepSpeed saves an optimizer with its "
+                        "model, so save the model in the same checkpoint.")
+        return engines
+
+    def save(self, staging: Path, objects: Mapping[str, Any], rank: int,
+             world_size: int) -> list[str]:
+        root = Path(staging) / DEEPSPEED_DIR
+        for tag, engine in self._engines(objects).items():
+            engine.save_checkpoint(str(root), tag=tag, save_latest=False)
+        mine = []
+        for path in sorted(root.rglob("*")) if root.is_dir() else []:
+            if not path.is_file():
+                continue
+            match = _RANK_FILE.search(path.name)
+            owner = int(match.group(1)) if match else 0
+            if owner == rank:
+                mine.append(path.relative_to(staging).as_posix())
+        return mine
+
+    def load(self, path: Path, objects: Mapping[str, Any], rank: int, world_size: int) -> None:
+        root = Path(path) / DEEPSPEED_DIR
+        engines = self._engines(objects)
+        with_optimizer = {id(self._owner_of_optimizer(o)) for o in objects.values()
+                          if not isinstance(o, torch.nn.Module)}
+        for tag, engine in engines.items():
+            if not (root / tag).is_dir():
+                raise ConfigurationError(f"{path} holds no DeepSpeed checkpoint for {tag!r} "
+                                         f"(no {DEEPSPEED_DIR}/{tag}/).")
+            original = engine.checkpoint_engine
+            engine.checkpoint_engine = _RestrictedEngine(original)
+            try:
+                loaded, _ = engine.load_checkpoint(
+                    str(root), tag=tag, load_optimizer_states=id(engine) in with_optimizer,
+                    load_lr_scheduler_states=True)
+            finally:
+                engine.checkpoint_engine = original
+            if loaded is None:
+                raise DistributedError(f"DeepSpeed could not load {root / tag} on rank {rank}.")
+
+    def full_state_dict(self, model: torch.nn.Module) -> dict[str, Any]:
+        """The model's full weights on rank 0 (``{}`` elsewhere); ZeRO-3 parameters are
+        gathered (a collective: call it on every rank). In the engine's dtype (bf16
+        weights stay bf16)."""
+        engine = self._engine_of(model)
+        if engine is None:
+            raise ConfigurationError(f"{type(model).__name__} was not prepared by DeepSpeed.")
+        module = engine.module
+        rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
+        if engine.zero_optimization_stage() == 3:
+            import deepspeed
+
+            params = list(module.parameters())
+            with deepspeed.zero.GatheredParameters(params, modifier_rank=None):
+                state = ({k: v.detach().to("cpu", copy=True) for k, v in
+                          module.state_dict().items()} if rank == 0 else {})
+            return state
+        if rank != 0:
+            return {}
+        return {k: v.detach().to("cpu", copy=True) for k, v in module.state_dict().items()}
+
+    def __repr__(self) -> str:
+        return f"DeepSpeedWriter(engines={list(self.strategy.engines)})"

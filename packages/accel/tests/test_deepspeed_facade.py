@@ -1,0 +1,82 @@
+"""The Accelerator's DeepSpeed arguments: the three spellings and the multi-plugin form,
+the environment, accumulation counts, and the conflicts (FSDP + DeepSpeed, two counts)."""
+
+from __future__ import annotations
+
+import pytest
+from accel import Accelerator, DeepSpeedPlugin
+from accel_parallel import FullyShardedDataParallelPlugin
+from accel_state import ConfigurationError, DistributedType
+
+
+def test_three_spellings_reach_the_strategy():
+    as_dict = Accelerator(cpu=True, deepspeed_plugin={"zero_stage": 3, "gradient_clipping": 1.0})
+    as_plugin = Accelerator(cpu=True, deepspeed_plugin=DeepSpeedPlugin(zero_stage=3,
+                                                                       gradient_clipping=1.0))
+    as_json = Accelerator(cpu=True, deepspeed_plugin=DeepSpeedPlugin(hf_ds_config={
+        "zero_optimization": {"stage": 3, "stage3_gather_16bit_weights_on_model_save": False},
+        "gradient_clipping": 1.0, "train_batch_size": "auto",
+        "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
+        "bf16": {"enabled": "auto"}, "fp16": {"enabled": "auto"}}))
+    configs = [a.strategy.plugin.deepspeed_config for a in (as_dict, as_plugin, as_json)]
+    assert configs[0] == configs[1] == configs[2]
+    assert as_dict.distributed_type == DistributedType.DEEPSPEED
+    assert type(as_dict.strategy).__name__ == "DeepSpeedStrategy"
+
+
+def test_plugin_accumulation_becomes_the_accelerators():
+    accelerator = Accelerator(cpu=True, deepspeed_plugin={"gradient_accumulation_steps": 4})
+    assert accelerator.gradient_accumulation_steps == 4
+    same = Accelerator(cpu=True, gradient_accumulation_steps=4,
+                       deepspeed_plugin=DeepSpeedPlugin(gradient_accumulation_steps=4))
+    assert same.gradient_accumulation_steps == 4
+    with pytest.raises(ConfigurationError, match=r"gradient_accumulation_steps=2 and the "
+                       r"DeepSpeed config's gradient_accumulation_steps=4"):
+        Accelerator(cpu=True, gradient_accumulation_steps=2,
+                    deepspeed_plugin={"gradient_accumulation_steps": 4})
+
+
+def test_mixed_precision_conflict_names_both():
+    with pytest.raises(ConfigurationError, match=r"bf16.enabled=False.*'bf16'"):
+        Accelerator(cpu=True, mixed_precision="bf16",
+                    deepspeed_plugin=DeepSpeedPlugin(hf_ds_config={"bf16": {"enabled": False}}))
+    accelerator = Accelerator(cpu=True, mixed_precision="bf16", deepspeed_plugin={})
+    assert accelerator.strategy.plugin.get_value("bf16.enabled") is True
+
+
+def test_named_plugins_are_told_apart_from_a_dict_of_fields():
+    student, teacher = DeepSpeedPlugin(zero_stage=2), DeepSpeedPlugin(zero_stage=3)
+    accelerator = Accelerator(cpu=True, deepspeed_plugin={"student": student,
+                                                          "teacher": teacher})
+    strategy = accelerator.strategy
+    assert list(strategy.plugins) == ["student", "teacher"]
+    assert strategy.plugin is student and student.selected
+    teacher.select()
+    assert strategy.plugin is teacher and not student.selected
+    other = Accelerator(cpu=True, deepspeed_plugins={"a": DeepSpeedPlugin()})
+    assert list(other.strategy.plugins) == ["a"]
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [
+    ({"deepspeed_plugin": {"a": DeepSpeedPlugin(), "zero_stage": 2}}, r"must be a DeepSpeedPlugin"),
+    ({"deepspeed_plugin": 3}, r"deepspeed_plugin=3\) must be"),
+    ({"deepspeed_plugins": {"zero_stage": 2}}, r"deepspeed_plugins=.*name -> DeepSpeedPlugin"),
+    ({"deepspeed_plugin": DeepSpeedPlugin(), "deepspeed_plugins": {"a": DeepSpeedPlugin()}},
+     r"both deepspeed_plugin= and deepspeed_plugins="),
+    ({"deepspeed_plugin": {"zero_stage": 9}}, r"zero_stage=9"),
+    ({"deepspeed_plugin": DeepSpeedPlugin(), "fsdp_plugin": FullyShardedDataParallelPlugin()},
+     r"FSDP and DeepSpeed are both enabled \(fsdp_plugin="),
+])
+def test_bad_deepspeed_arguments(kwargs, match):
+    with pytest.raises(ConfigurationError, match=match):
+        Accelerator(cpu=True, **kwargs)
+
+
+def test_environment_enables_deepspeed_and_conflicts_with_fsdp(monkeypatch):
+    monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
+    monkeypatch.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", "1")
+    accelerator = Accelerator(cpu=True)
+    assert accelerator.strategy.plugin.zero_stage == 1
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
+    with pytest.raises(ConfigurationError, match="ACCELERATE_USE_FSDP=true"):
+        Accelerator(cpu=True)

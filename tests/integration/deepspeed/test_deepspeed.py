@@ -1,0 +1,77 @@
+"""DeepSpeed ZeRO through the unchanged facade in 2 processes (gloo): two launches that
+check a lot each (scripts/deepspeed_checks.py), plus a slow one that compiles cpu_adam."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+TRAIN = ("ZERO-STAGES", "ACCUMULATION", "OFFLOAD", "AUTO-CONFIG", "ZERO3-INIT", "SAVE")
+RESUME = ("RESUME", "CORRUPT")
+
+
+def _port() -> str:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return str(sock.getsockname()[1])
+
+
+def _run(launch, explain, *args: str, timeout: float = 300) -> str:
+    proc = launch("--cpu", "--num_processes", "2", "--main_process_port", _port(),
+                  str(SCRIPTS / "deepspeed_checks.py"), *args, timeout=timeout)
+    assert proc.returncode == 0, explain(proc, tail=6000)
+    return proc.stdout
+
+
+@pytest.mark.multiprocess
+def test_zero_stages_configs_checkpoint_resume(ds_launcher, explain, tmp_path):
+    """ZeRO-1/2/3 fp32/bf16 vs DDP, accumulation 4 vs DDP, offload, "auto" filling, ZeRO-3
+    init + save_model, a save; then a fresh launch resumes (equal to the straight run),
+    refuses the checkpoint without trust_pickles and names a flipped byte in a shard."""
+    out = _run(ds_launcher, explain, "train", str(tmp_path))
+    for marker in TRAIN:
+        for rank in (0, 1):
+            assert f"{marker}-OK rank={rank}" in out, out
+    out = _run(ds_launcher, explain, "resume", str(tmp_path))
+    for marker in RESUME:
+        for rank in (0, 1):
+            assert f"{marker}-OK rank={rank}" in out, out
+    _merge_weights(tmp_path)
+
+
+def _merge_weights(tmp_path: Path) -> None:
+    """`accel merge-weights` turns the ZeRO-2 checkpoint into the weights it was saved with
+    (DeepSpeed's zero_to_fp32), and only with --trust_pickles."""
+    import subprocess
+    import sys
+
+    import torch
+    from safetensors.torch import load_file
+
+    checkpoint = tmp_path / "run" / "checkpoints" / "checkpoint_0"
+    command = [sys.executable, "-m", "accel_launch", "merge-weights", str(checkpoint),
+               str(tmp_path / "merged")]
+    refused = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert refused.returncode != 0 and "--trust_pickles" in refused.stderr, refused.stderr
+    merged = subprocess.run([*command, "--trust_pickles"], capture_output=True, text=True,
+                            timeout=300)
+    assert merged.returncode == 0, merged.stderr[-4000:]
+    got = load_file(str(tmp_path / "merged" / "model.safetensors"))
+    want = torch.load(tmp_path / "at_save.pt")
+    assert got.keys() == want.keys()
+    for key in want:
+        assert torch.equal(got[key], want[key]), key
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_offload_with_deepspeed_cpu_adam(ds_launcher, explain, tmp_path):
+    """A torch AdamW with optimizer offload becomes DeepSpeed's CPU Adam (compiled once
+    into TORCH_EXTENSIONS_DIR) and trains like DDP."""
+    out = _run(ds_launcher, explain, "cpu_adam", str(tmp_path), timeout=1200)
+    for rank in (0, 1):
+        assert f"CPU-ADAM-OK rank={rank}" in out, out

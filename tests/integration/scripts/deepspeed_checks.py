@@ -1,0 +1,338 @@
+"""DeepSpeed through the unchanged facade, in 2 processes (gloo): many checks per launch.
+
+``train OUT``: ZeRO-1/2/3 in fp32 and bf16 against DDP (same seeded model and data); the
+plain-dict spelling with accumulation 4 against DDP with accumulation 4; a JSON with
+"auto" values (resolved config asserted, DummyOptim/DummyScheduler); ZeRO-2 with optimizer
+offload; ZeRO-3 with ``zero3_init_flag``, ``get_state_dict``, ``save_model`` and a checkpoint
+round trip; then the
+first half of save -> kill -> resume: ZeRO-2 saves after 3 steps, trains on to the end
+(the straight run, written to OUT/straight.pt), and the process exits without cleanup.
+
+``cpu_adam OUT`` (slow): ZeRO-2 optimizer offload with a torch AdamW, turned into
+DeepSpeed's CPU Adam (compiles cpu_adam), against DDP.
+
+``resume OUT``: fresh processes load the newest checkpoint (DeepSpeed's pickles read with
+an allow-list: no ``trust_pickles``), train the remaining steps and must end equal to the
+straight run; a flipped byte in a rank's DeepSpeed shard is named.
+Each check prints ``<NAME>-OK rank=<r>``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import torch
+from accel import Accelerator
+from accel.utils import (
+    DataLoaderConfiguration,
+    DeepSpeedPlugin,
+    DummyOptim,
+    DummyScheduler,
+    ProjectConfiguration,
+)
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+STEPS = 4
+BATCH = 4  # per process
+
+
+class Net(nn.Module):
+    """A model that declares its hidden size, as transformers models do (config.hidden_size)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.config = type("Config", (), {"hidden_size": 16})()
+        self.body = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x)
+
+
+def data() -> TensorDataset:
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(128, 8, generator=g)
+    return TensorDataset(x, x.sum(dim=1, keepdim=True).tanh())
+
+
+def fresh() -> Net:
+    torch.manual_seed(0)
+    return Net()
+
+
+def train(accelerator: Accelerator, model: nn.Module, optimizer, loader, steps: int = STEPS,
+          scheduler=None, save_at: int | None = None, after_save=None) -> int:
+    """``steps`` optimizer steps; ``save_at``: ``save_state()`` after that many (one
+    iteration of the loader throughout, as a resumed run continues it)."""
+    done = 0
+    while done < steps:
+        for xb, yb in loader:
+            with accelerator.accumulate(model):
+                dtype = next(p for p in model.parameters()).dtype
+                out = model(xb.to(dtype))
+                loss = nn.functional.mse_loss(out.float(), yb)
+                accelerator.backward(loss)
+                optimizer.step()
+                if scheduler is not None:
+                    scheduler.step()
+                optimizer.zero_grad()
+            done += accelerator.sync_gradients
+            if accelerator.sync_gradients and done == save_at:
+                accelerator.save_state()
+                if after_save is not None:
+                    after_save()
+            if done == steps:
+                return done
+    return done
+
+
+def weights(accelerator: Accelerator, model: nn.Module) -> dict[str, torch.Tensor]:
+    state = accelerator.get_state_dict(model)
+    return {k: v.float().clone() for k, v in state.items()}
+
+
+def ddp_run(accumulation: int = 1) -> dict[str, torch.Tensor]:
+    accelerator = Accelerator(cpu=True, gradient_accumulation_steps=accumulation)
+    model = fresh()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    loader = DataLoader(data(), batch_size=BATCH)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    train(accelerator, model, optimizer, loader)
+    return {k: v.float().clone() for k, v in accelerator.unwrap_model(model).state_dict().items()}
+
+
+def ds_run(plugin, mixed_precision: str = "no", accumulation: int = 1):
+    accelerator = Accelerator(cpu=True, mixed_precision=mixed_precision,
+                              gradient_accumulation_steps=accumulation, deepspeed_plugin=plugin)
+    model = fresh()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    loader = DataLoader(data(), batch_size=BATCH)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    assert type(model).__name__ == "DeepSpeedEngine", type(model)
+    train(accelerator, model, optimizer, loader)
+    return accelerator, model
+
+
+def close(got: dict, want: dict, atol: float, what: str) -> None:
+    rank = torch.distributed.get_rank()
+    if rank != 0:
+        assert got == {}, f"{what}: rank {rank} got weights"
+        return
+    assert got.keys() == want.keys(), (what, got.keys(), want.keys())
+    for key in want:
+        diff = (got[key] - want[key]).abs().max().item()
+        assert diff <= atol, f"{what}: {key} differs from DDP by {diff} (> {atol})"
+
+
+def check_zero_stages(rank: int, reference: dict) -> None:
+    for stage in (1, 2, 3):
+        for precision, atol in (("no", 2e-5), ("bf16", 6e-2)):
+            accelerator, model = ds_run(DeepSpeedPlugin(zero_stage=stage), precision)
+            config = accelerator.strategy.configs["default"]
+            assert config["zero_optimization"]["stage"] == stage
+            assert config["bf16"]["enabled"] == (precision == "bf16"), config
+            if precision == "bf16":
+                assert next(accelerator.unwrap_model(model).parameters()).dtype == torch.bfloat16
+            close(weights(accelerator, model), reference, atol, f"ZeRO-{stage} {precision}")
+    print(f"ZERO-STAGES-OK rank={rank}", flush=True)
+
+
+def check_accumulation(rank: int) -> None:
+    reference = ddp_run(accumulation=4)
+    # the plain-dict spelling: its accumulation count becomes the Accelerator's
+    accelerator, model = ds_run({"zero_stage": 2, "offload_optimizer": False,
+                                 "gradient_accumulation_steps": 4})
+    assert accelerator.gradient_accumulation_steps == 4
+    config = accelerator.strategy.configs["default"]
+    assert (config["gradient_accumulation_steps"], config["train_micro_batch_size_per_gpu"],
+            config["train_batch_size"]) == (4, BATCH, BATCH * 4 * 2), config
+    assert model.global_steps == STEPS, model.global_steps  # one engine step per 4 batches
+    close(weights(accelerator, model), reference, 2e-5, "accumulation 4")
+    print(f"ACCUMULATION-OK rank={rank}", flush=True)
+
+
+def check_offload(rank: int, reference: dict) -> None:
+    plugin = DeepSpeedPlugin(hf_ds_config={
+        "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}},
+        "zero_force_ds_cpu_optimizer": False, "train_micro_batch_size_per_gpu": "auto",
+        "gradient_clipping": "auto"})  # "auto": no clipping (DeepSpeed alone clips at 1.0)
+    accelerator, model = ds_run(plugin)
+    assert type(model.optimizer).__name__ == "DeepSpeedZeroOptimizer"
+    assert model.optimizer.cpu_offload
+    close(weights(accelerator, model), reference, 2e-5, "ZeRO-2 optimizer offload")
+    print(f"OFFLOAD-OK rank={rank}", flush=True)
+
+
+def check_auto_config(rank: int) -> None:
+    auto_json = {
+        "train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto",
+        "gradient_accumulation_steps": "auto", "gradient_clipping": "auto",
+        "bf16": {"enabled": "auto"},
+        "optimizer": {"type": "AdamW", "params": {"lr": "auto", "weight_decay": "auto",
+                                                  "torch_adam": True}},
+        "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": "auto",
+                                                     "warmup_max_lr": "auto",
+                                                     "warmup_num_steps": "auto"}},
+        "zero_optimization": {"stage": 2, "reduce_bucket_size": "auto"}}
+    accelerator = Accelerator(cpu=True, mixed_precision="bf16", gradient_accumulation_steps=2,
+                              deepspeed_plugin=DeepSpeedPlugin(hf_ds_config=auto_json,
+                                                               gradient_clipping=0.5))
+    model = fresh()
+    optimizer = DummyOptim(model.parameters(), lr=3e-3, weight_decay=0.01)
+    scheduler = DummyScheduler(optimizer, warmup_num_steps=5)
+    loader = DataLoader(data(), batch_size=BATCH)
+    model, optimizer, scheduler, loader = accelerator.prepare(model, optimizer, scheduler, loader)
+    config = accelerator.strategy.configs["default"]
+    assert config["train_micro_batch_size_per_gpu"] == BATCH
+    assert config["gradient_accumulation_steps"] == 2
+    assert config["train_batch_size"] == BATCH * 2 * 2
+    assert config["gradient_clipping"] == 0.5
+    assert config["bf16"]["enabled"] is True
+    assert config["optimizer"]["params"] == {"lr": 3e-3, "weight_decay": 0.01, "torch_adam": True}
+    assert config["scheduler"]["params"] == {"warmup_min_lr": 0.0, "warmup_max_lr": 3e-3,
+                                             "warmup_num_steps": 5}, config["scheduler"]
+    assert config["zero_optimization"]["reduce_bucket_size"] == 16 * 16
+    train(accelerator, model, optimizer, loader, steps=2, scheduler=scheduler)
+    assert model.global_steps == 2
+    # WarmupLR: two engine steps of a 5-step warm-up
+    assert 0 < scheduler.get_last_lr()[0] < 3e-3, scheduler.get_last_lr()
+    norm = accelerator.clip_grad_norm_(model.parameters(), 0.5)
+    assert norm is not None and norm >= 0
+    print(f"AUTO-CONFIG-OK rank={rank}", flush=True)
+
+
+def check_zero3_init(rank: int, out: Path) -> None:
+    plugin = DeepSpeedPlugin(zero_stage=3, zero3_init_flag=True)
+    accelerator = Accelerator(cpu=True, deepspeed_plugin=plugin)
+    with plugin.zero3_init_context_manager():
+        torch.manual_seed(0)
+        model = Net()
+    assert all(hasattr(p, "ds_id") and p.numel() == 0 for p in model.parameters())
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    loader = DataLoader(data(), batch_size=BATCH)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    train(accelerator, model, optimizer, loader, steps=2)
+    state = accelerator.get_state_dict(model)
+    if rank == 0:
+        assert state["body.0.weight"].shape == (16, 8), state["body.0.weight"].shape
+    accelerator.save_model(model, out / "zero3_model")
+    accelerator.wait_for_everyone()
+    from safetensors.torch import load_file
+
+    saved = load_file(str(out / "zero3_model" / "model.safetensors"))
+    assert saved["body.2.weight"].shape == (1, 16)
+    # a ZeRO-3 checkpoint round trip: train on, load, the weights are the saved ones again
+    path = accelerator.save_state(str(out / "zero3_state"))
+    at_save = weights(accelerator, model)
+    train(accelerator, model, optimizer, loader, steps=1)
+    accelerator.load_state(path)
+    again = weights(accelerator, model)
+    if rank == 0:
+        assert all(torch.equal(at_save[k], again[k]) for k in at_save), "ZeRO-3 reload differs"
+    print(f"ZERO3-INIT-OK rank={rank}", flush=True)
+
+
+def check_cpu_adam(rank: int, reference: dict) -> None:
+    """Optimizer offload with a torch AdamW: it becomes DeepSpeedCPUAdam (compiles cpu_adam)."""
+    accelerator, model = ds_run({"zero_stage": 2, "offload_optimizer": True})
+    assert type(model.optimizer.optimizer).__name__ == "DeepSpeedCPUAdam"
+    close(weights(accelerator, model), reference, 1e-4, "ZeRO-2 offload with DeepSpeedCPUAdam")
+    print(f"CPU-ADAM-OK rank={rank}", flush=True)
+
+
+def checkpoint_accelerator(out: Path):
+    accelerator = Accelerator(
+        cpu=True, deepspeed_plugin=DeepSpeedPlugin(zero_stage=2),
+        project_config=ProjectConfiguration(str(out / "run"), automatic_checkpoint_naming=True),
+        dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True))
+    model = fresh()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.5)
+    loader = DataLoader(data(), batch_size=BATCH, shuffle=True)
+    return (accelerator, *accelerator.prepare(model, optimizer, scheduler, loader))
+
+
+def check_save(rank: int, out: Path) -> None:
+    accelerator, model, optimizer, scheduler, loader = checkpoint_accelerator(out)
+    def keep_saved_weights() -> None:  # for `accel merge-weights` of the checkpoint
+        saved = weights(accelerator, model)
+        if rank == 0:
+            torch.save(saved, out / "at_save.pt")
+
+    train(accelerator, model, optimizer, loader, steps=8, scheduler=scheduler, save_at=3,
+          after_save=keep_saved_weights)
+    path = out / "run" / "checkpoints" / "checkpoint_0"
+    manifest = json.loads((path / "manifest.json").read_text())
+    assert manifest["layout"] == "deepspeed", manifest["layout"]
+    listed = set(manifest["files"])
+    for r in (0, 1):
+        assert f"deepspeed/model/zero_pp_rank_{r}_mp_rank_00_optim_states.pt" in listed, listed
+    assert "deepspeed/model/mp_rank_00_model_states.pt" in listed
+    final = weights(accelerator, model)
+    if rank == 0:
+        torch.save(final, out / "straight.pt")
+    accelerator.wait_for_everyone()
+    print(f"SAVE-OK rank={rank}", flush=True)
+
+
+def check_resume(rank: int, out: Path) -> None:
+    from accel_checkpoint.errors import CorruptCheckpointError
+
+    accelerator, model, optimizer, scheduler, loader = checkpoint_accelerator(out)
+    # DeepSpeed's .pt files are read with weights_only=True and an allow-list: no opt-in
+    manifest = json.loads((out / "run" / "checkpoints" / "checkpoint_0" / "manifest.json")
+                          .read_text())
+    assert manifest["metadata"]["unpickles"] == "restricted", manifest["metadata"]
+    accelerator.load_state()
+    assert accelerator.unwrap_model(model) is model.module
+    train(accelerator, model, optimizer, loader, steps=5, scheduler=scheduler)
+    final = weights(accelerator, model)
+    if rank == 0:
+        straight = torch.load(out / "straight.pt")
+        for key in straight:
+            assert torch.equal(final[key], straight[key]), f"resume differs at {key}"
+    print(f"RESUME-OK rank={rank}", flush=True)
+    # a flipped byte in rank 1's shard is named by load_state, on every rank
+    source = out / "run" / "checkpoints" / "checkpoint_0"
+    broken = out / "broken"
+    if rank == 0:
+        shutil.copytree(source, broken)
+        shard = broken / "deepspeed" / "model" / "zero_pp_rank_1_mp_rank_00_optim_states.pt"
+        raw = bytearray(shard.read_bytes())
+        raw[len(raw) // 2] ^= 0xFF
+        shard.write_bytes(bytes(raw))
+    accelerator.wait_for_everyone()
+    try:
+        accelerator.load_state(str(broken))
+    except CorruptCheckpointError as error:
+        assert "zero_pp_rank_1_mp_rank_00_optim_states.pt" in str(error), error
+    else:
+        raise AssertionError("a corrupt DeepSpeed shard was loaded")
+    print(f"CORRUPT-OK rank={rank}", flush=True)
+
+
+def main() -> None:
+    mode, out = sys.argv[1], Path(sys.argv[2])
+    rank = int(os.environ.get("RANK", "0"))
+    if mode == "train":
+        reference = ddp_run()
+        check_zero_stages(rank, reference)
+        check_accumulation(rank)
+        check_offload(rank, reference)
+        check_auto_config(rank)
+        check_zero3_init(rank, out)
+        check_save(rank, out)
+        sys.stdout.flush()
+        os._exit(0)  # "killed": no end_training, no cleanup of the process group
+    elif mode == "resume":
+        check_resume(rank, out)
+    elif mode == "cpu_adam":
+        check_cpu_adam(rank, ddp_run())
+
+
+if __name__ == "__main__":
+    main()
