@@ -89,7 +89,7 @@ def test_hook_files_are_committed_verified_and_gate_background_loads(tmp_path):
     refused — at load_state (full) or at the first optimizer step (background)."""
     from accel_checkpoint import read_object
     from accel_checkpoint.manifest import read_manifest
-    from accel_checkpoint.weights import load_checkpoint_in_model, save_model_weights
+    from accel_checkpoint.weights import load_model_weights, save_model_weights
 
     accelerator = Accelerator(cpu=True)
     model, optimizer = accelerator.prepare(nn.Linear(4, 4), torch.optim.SGD(
@@ -100,7 +100,7 @@ def test_hook_files_are_committed_verified_and_gate_background_loads(tmp_path):
         save_model_weights(weights.pop(), f"{output_dir}/net")
 
     def load_hook(models, input_dir):
-        load_checkpoint_in_model(models.pop(), f"{input_dir}/net")
+        load_model_weights(models.pop(), f"{input_dir}/net")
 
     accelerator.register_save_state_pre_hook(save_hook)
     accelerator.register_load_state_pre_hook(load_hook)

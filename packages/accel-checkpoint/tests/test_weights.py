@@ -10,7 +10,7 @@ from accel_checkpoint import (
     CheckpointError,
     ProjectConfiguration,
     convert_file_size_to_int,
-    load_checkpoint_in_model,
+    load_model_weights,
     save_model_weights,
 )
 from accel_state.errors import ConfigurationError
@@ -36,7 +36,7 @@ def test_single_file_dedupes_tied_weights_and_reloads(tmp_path):
     stored = safetensors_torch.load_file(tmp_path / "model.safetensors")
     assert "head.weight" not in stored and "embed.weight" in stored
     fresh = Tied()
-    load_checkpoint_in_model(fresh, tmp_path, strict=True)
+    load_model_weights(fresh, tmp_path, strict=True)
     assert torch.equal(fresh.head.weight, model.embed.weight)
     assert torch.equal(fresh.body.weight, model.body.weight)
 
@@ -50,8 +50,8 @@ def test_shards_and_index_then_stale_shards_removed(tmp_path):
     index = json.loads((tmp_path / "model.safetensors.index.json").read_text())
     assert set(index["weight_map"]) == set(model.state_dict())
     fresh = nn.Sequential(*[nn.Linear(16, 16) for _ in range(4)])
-    load_checkpoint_in_model(fresh, tmp_path / "model.safetensors.index.json", strict=True,
-                             dtype=torch.float64)
+    load_model_weights(fresh, tmp_path / "model.safetensors.index.json", strict=True,
+                       dtype=torch.float64)
     assert fresh[0].weight.dtype == torch.float32  # load_state_dict copies into fp32 params
     assert all(torch.equal(a, b) for a, b in zip(fresh.state_dict().values(),
                                                  model.state_dict().values()))
@@ -63,10 +63,10 @@ def test_bin_weights_load_with_weights_only(tmp_path):
     model = nn.Linear(3, 3)
     save_model_weights(model.state_dict(), tmp_path, safe_serialization=False)
     fresh = nn.Linear(3, 3)
-    load_checkpoint_in_model(fresh, tmp_path / "pytorch_model.bin", strict=True)
+    load_model_weights(fresh, tmp_path / "pytorch_model.bin", strict=True)
     assert torch.equal(fresh.weight, model.weight)
     with pytest.raises(CheckpointError, match="unexpected.*bias"):
-        load_checkpoint_in_model(nn.Linear(3, 3, bias=False), tmp_path, strict=True)
+        load_model_weights(nn.Linear(3, 3, bias=False), tmp_path, strict=True)
 
 
 def test_sizes_and_project_configuration_validation():

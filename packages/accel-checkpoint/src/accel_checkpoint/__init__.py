@@ -16,7 +16,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 _EXPORTS = {
     "CheckpointManager": "accel_checkpoint.manager",
@@ -38,7 +38,8 @@ _EXPORTS = {
     "latest_checkpoint": "accel_checkpoint.manifest",
     "ProjectConfiguration": "accel_checkpoint.project",
     "save_model_weights": "accel_checkpoint.weights",
-    "load_checkpoint_in_model": "accel_checkpoint.weights",
+    "load_model_weights": "accel_checkpoint.weights",
+    "checkpoint_files": "accel_checkpoint.weights",
     "clean_state_dict_for_safetensors": "accel_checkpoint.weights",
     "id_tensor_storage": "accel_checkpoint.weights",
     "convert_file_size_to_int": "accel_checkpoint.weights",
@@ -104,7 +105,8 @@ if TYPE_CHECKING:
         dtype_byte_size,
         id_tensor_storage,
         load,
-        load_checkpoint_in_model,
+        checkpoint_files,
+        load_model_weights,
         save,
         save_model_weights,
     )

@@ -2,8 +2,10 @@
 
 ``save_model_weights`` de-duplicates tied weights (safetensors refuses aliased tensors;
 the model re-ties them on load), splits by ``max_shard_size`` and writes each file
-atomically (temporary name, fsync, rename). ``load_checkpoint_in_model`` reads a file, a
-folder or an index. ``.bin`` files are read with ``torch.load(weights_only=True)`` only.
+atomically (temporary name, fsync, rename). ``load_model_weights`` reads a file, a
+folder or an index into a built model (accel-inference's ``load_checkpoint_in_model``
+adds device maps, empty models and offload on top of ``checkpoint_files``). ``.bin`` files
+are read with ``torch.load(weights_only=True)`` only.
 """
 
 from __future__ import annotations
@@ -29,9 +31,9 @@ from accel_checkpoint.errors import CheckpointError
 from accel_checkpoint.fileio import write_safetensors
 from accel_checkpoint.hashing import fsync_dir
 
-__all__ = ["save_model_weights", "load_checkpoint_in_model", "clean_state_dict_for_safetensors",
-           "id_tensor_storage", "convert_file_size_to_int", "dtype_byte_size", "convert_bytes",
-           "save", "load", "load_state_dict_file"]
+__all__ = ["save_model_weights", "load_model_weights", "checkpoint_files",
+           "clean_state_dict_for_safetensors", "id_tensor_storage", "convert_file_size_to_int",
+           "dtype_byte_size", "convert_bytes", "save", "load", "load_state_dict_file"]
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?I?B)\s*$", re.IGNORECASE)
 _UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
@@ -180,7 +182,8 @@ def load_state_dict_file(path: str | os.PathLike[str]) -> dict[str, torch.Tensor
     return torch.load(path, map_location="cpu", weights_only=True)
 
 
-def _checkpoint_files(checkpoint: Path) -> list[Path]:
+def checkpoint_files(checkpoint: Path) -> list[Path]:
+    """The weight files of a checkpoint: one file, the shards of an index, or a folder's."""
     if checkpoint.is_file():
         if checkpoint.name.endswith(".index.json"):
             weight_map = json.loads(checkpoint.read_text())["weight_map"]
@@ -188,34 +191,27 @@ def _checkpoint_files(checkpoint: Path) -> list[Path]:
         return [checkpoint]
     for name in (SAFE_WEIGHTS_INDEX_NAME, WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, WEIGHTS_NAME):
         if (checkpoint / name).is_file():
-            return _checkpoint_files(checkpoint / name)
+            return checkpoint_files(checkpoint / name)
     raise CheckpointError(f"No weights in {checkpoint}: expected {SAFE_WEIGHTS_NAME}, "
                           f"{SAFE_WEIGHTS_INDEX_NAME}, {WEIGHTS_NAME} or {WEIGHTS_INDEX_NAME}.")
 
 
-def load_checkpoint_in_model(model: torch.nn.Module, checkpoint: str | os.PathLike[str],
-                             device_map: Any = None, offload_folder: Any = None,
-                             dtype: str | torch.dtype | None = None,
-                             offload_state_dict: bool = False, offload_buffers: bool = False,
-                             keep_in_fp32_modules: list[str] | None = None,
-                             offload_8bit_bnb: bool = False, strict: bool = False,
-                             full_state_dict: bool = True,
-                             broadcast_from_rank0: bool = False) -> None:
-    """Load weights (a file, a folder or an index of shards) into ``model`` in place.
+def load_model_weights(model: torch.nn.Module, checkpoint: str | os.PathLike[str],
+                       dtype: str | torch.dtype | None = None,
+                       keep_in_fp32_modules: list[str] | None = None,
+                       strict: bool = False) -> None:
+    """Load weights (a file, a folder or an index of shards) into a built ``model`` in place.
 
     Floating tensors are cast to ``dtype`` when given, except in ``keep_in_fp32_modules``.
-    ``strict`` raises when names do not match. Device maps and offloading belong to
-    accel-inference (``load_checkpoint_and_dispatch``); here they are refused.
+    ``strict`` raises when names do not match. Empty (meta) models, device maps and
+    offloading are accel-inference's ``load_checkpoint_in_model``.
     """
-    if device_map is not None or offload_folder is not None or offload_state_dict:
-        raise CheckpointError("device_map/offload loading needs accel-inference: use "
-                              "accel.load_checkpoint_and_dispatch (pip install accel).")
     if isinstance(dtype, str):
         dtype = getattr(torch, dtype.removeprefix("torch."))
     keep = tuple(keep_in_fp32_modules or ())
     expected = set(model.state_dict())
     found: set[str] = set()
-    for file in _checkpoint_files(Path(checkpoint)):
+    for file in checkpoint_files(Path(checkpoint)):
         state = load_state_dict_file(file)
         if dtype is not None:
             state = {k: (v.to(torch.float32 if any(m in k for m in keep) else dtype)

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from accel_checkpoint.merge import merge_fsdp_weights
 from accel_checkpoint.project import ProjectConfiguration
-from accel_checkpoint.weights import load_checkpoint_in_model, save
+from accel_checkpoint.weights import save
+from accel_inference.loading import load_checkpoint_in_model
 
 from accel._checkpoint_objects import (
     load_accelerator_state,

@@ -1,0 +1,37 @@
+"""Accelerate's ``accelerate.utils.modeling`` module path: re-exports of accel-inference only
+(``get_grad_scaler`` / ``get_mixed_precision_context_manager`` are accel-precision's)."""
+
+from __future__ import annotations
+
+from accel_inference.device_map import check_device_map, clean_device_map, infer_auto_device_map
+from accel_inference.loading import load_checkpoint_in_model, load_state_dict
+from accel_inference.offload import load_offloaded_weights
+from accel_inference.sizing import (
+    calculate_maximum_sizes,
+    compute_module_sizes,
+    compute_module_total_buffer_size,
+    get_balanced_memory,
+    get_max_layer_size,
+    get_max_memory,
+)
+from accel_inference.tensors import (
+    align_module_device,
+    get_non_persistent_buffers,
+    has_offloaded_params,
+    named_module_tensors,
+    set_module_tensor_to_device,
+)
+from accel_inference.tied import (
+    check_tied_parameters_in_config,
+    check_tied_parameters_on_same_device,
+    find_tied_parameters,
+    retie_parameters,
+)
+
+__all__ = ["infer_auto_device_map", "check_device_map", "clean_device_map",
+           "load_checkpoint_in_model", "load_state_dict", "load_offloaded_weights",
+           "calculate_maximum_sizes", "compute_module_sizes", "compute_module_total_buffer_size",
+           "get_balanced_memory", "get_max_layer_size", "get_max_memory", "align_module_device",
+           "get_non_persistent_buffers", "has_offloaded_params", "named_module_tensors",
+           "set_module_tensor_to_device", "check_tied_parameters_in_config",
+           "check_tied_parameters_on_same_device", "find_tied_parameters", "retie_parameters"]
