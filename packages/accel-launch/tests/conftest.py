@@ -29,6 +29,17 @@ class Finished:
                 f"\n--- stderr\n{self.stderr}")
 
 
+@pytest.fixture(autouse=True)
+def _no_user_config(tmp_path_factory: pytest.TempPathFactory,
+                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hermetic: no config file of the user's (~/.cache/huggingface/accelerate) is read."""
+    monkeypatch.setenv("HF_HOME", str(tmp_path_factory.mktemp("hf_home")))
+    for name in ("ACCEL_CONFIG_FILE", "ACCELERATE_CONFIG_FILE", "SLURM_STEP_NODELIST",
+                 "SLURM_NNODES", "SLURM_JOB_NUM_NODES", "SLURM_JOB_ID", "OMPI_COMM_WORLD_SIZE",
+                 "PMI_SIZE", "MV2_COMM_WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+
+
 @pytest.fixture
 def run_accel(tmp_path: Path) -> Callable[..., Finished]:
     """``run_accel("launch", "--cpu", ..., cwd=..., timeout=...)``: ``python -m accel_launch``."""

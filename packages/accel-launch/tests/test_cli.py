@@ -76,7 +76,9 @@ print("TORCH_IMPORTED=" + str(any(m == "torch" or m.startswith("torch.") for m i
 """
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["launch", "--help"], ["env", "--help"]])
+@pytest.mark.parametrize("argv", [["--help"], ["launch", "--help"], ["env", "--help"],
+                                  ["config", "--help"], ["config", "default", "--help"],
+                                  ["test", "--help"], ["to-fsdp2", "--help"]])
 def test_help_does_not_import_torch(argv: list[str]) -> None:
     proc = subprocess.run([sys.executable, "-c", _PROBE.format(argv=argv)],
                           capture_output=True, text=True, timeout=60)

@@ -19,7 +19,8 @@ def script(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 def _error_line(capsys: pytest.CaptureFixture[str]) -> str:
-    err = capsys.readouterr().err.strip().splitlines()
+    err = [line for line in capsys.readouterr().err.strip().splitlines()
+           if "could not load the command" not in line]  # another package's broken plug-in
     assert len(err) == 1, err
     assert err[0].startswith("accel launch: error: ")
     return err[0]

@@ -28,7 +28,7 @@ def test_cpu_two_processes_really_means_two_workers() -> None:
                              CPU_BOX, 4242)
     assert plan.config["nproc_per_node"] == 2
     assert plan.config["min_nodes"] == plan.config["max_nodes"] == 1
-    assert plan.env["ACCEL_USE_CPU"] == "1"
+    assert plan.env["ACCEL_USE_CPU"] == plan.env["ACCELERATE_USE_CPU"] == "true"
     assert plan.env["ACCEL_LAUNCHED"] == "1"
     assert plan.command == ["/py", "-u", "t.py", "--foo", "bar"]
 
@@ -46,7 +46,8 @@ def test_static_rendezvous_on_the_given_port() -> None:
 def test_environment_contract() -> None:
     plan = build_launch_plan(_args("--mixed_precision", "bf16", "--debug", "t.py"), CPU_BOX, 1)
     assert plan.env == {"ACCEL_LAUNCHED": "1", "ACCEL_MIXED_PRECISION": "bf16",
-                        "ACCEL_DEBUG_MODE": "1", "OMP_NUM_THREADS": "8"}
+                        "ACCELERATE_MIXED_PRECISION": "bf16", "ACCEL_DEBUG_MODE": "true",
+                        "ACCELERATE_DEBUG_MODE": "true", "OMP_NUM_THREADS": "8"}
 
 
 def test_omp_threads_default_explicit_and_inherited() -> None:

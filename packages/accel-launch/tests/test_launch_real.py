@@ -41,8 +41,8 @@ def test_cpu_two_processes_gloo_all_reduce_and_args(tmp_path: Path, run_accel) -
     for rank, rec in enumerate(records):
         assert rec["RANK"] == str(rank) and rec["LOCAL_RANK"] == str(rank)
         assert rec["WORLD_SIZE"] == "2" and rec["dist_world"] == 2
-        assert rec["ACCEL_USE_CPU"] == "1" and rec["ACCEL_LAUNCHED"] == "1"
-        assert rec["ACCEL_MIXED_PRECISION"] == "bf16" and rec["ACCEL_DEBUG_MODE"] == "1"
+        assert rec["ACCEL_USE_CPU"] == "true" and rec["ACCEL_LAUNCHED"] == "1"
+        assert rec["ACCEL_MIXED_PRECISION"] == "bf16" and rec["ACCEL_DEBUG_MODE"] == "true"
         assert rec["OMP_NUM_THREADS"] == "1"
         assert rec["backend"] == "gloo"
         assert rec["sum"] == 3.0

@@ -78,8 +78,13 @@ def _run_handler(func: Callable[[argparse.Namespace], Any], args: argparse.Names
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv`` (default ``sys.argv[1:]``), run the chosen verb, return its exit code."""
-    parser = build_parser()
-    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    argv = list(sys.argv[1:] if argv is None else argv)
+    eps = verb_entry_points()
+    # Only the chosen verb's plug-in is loaded (others may import heavy modules); the full
+    # list is built for `accel --help` and for an unknown verb's error message.
+    chosen = [ep for ep in eps if argv and ep.name == argv[0]]
+    parser = build_parser(chosen or eps)
+    args = parser.parse_args(argv)
     func = getattr(args, "func", None)
     if func is None:
         parser.print_help(sys.stderr)

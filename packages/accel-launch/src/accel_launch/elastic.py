@@ -196,16 +196,27 @@ def run_plan(plan: LaunchPlan, *, quiet: bool = False, debug: bool = False) -> i
 
 
 def run_launch(args: argparse.Namespace) -> int:
-    """`accel launch`: checks first (no process started on bad input), then the elastic run."""
+    """`accel launch`: resolve and check first (no process started on bad input), then run."""
+    from accel_launch.resolve import resolve_launch_args
+
+    resolved = resolve_launch_args(args)
     validate_launch_args(args)
+    if args.dry_run:
+        from accel_launch.dry_run import format_dry_run
+
+        port = args.main_process_port if args.main_process_port is not None else 0
+        plan = build_launch_plan(args, probe_host(args), port, resolved.sources)
+        sys.stdout.write(format_dry_run(resolved, plan))
+        return 0
     check_training_script(args)
     port = resolve_port(args)
-    plan = build_launch_plan(args, probe_host(args), port)
+    plan = build_launch_plan(args, probe_host(args), port, resolved.sources)
     if not args.quiet:
-        for note in plan.warnings:
+        for note in (*resolved.notes, *plan.warnings):
             print(f"{_PROG}: warning: {note}", file=sys.stderr)
         nproc = plan.config["nproc_per_node"]
         where = "CPU" if args.cpu else "default device"
-        print(f"{_PROG}: starting {nproc} process(es) on this machine ({where}), rendezvous "
-              f"at {plan.config['rdzv_endpoint']}", file=sys.stderr)
+        source = f", config {resolved.config.label}" if resolved.config else ""
+        print(f"{_PROG}: starting {nproc} process(es) on this machine ({where}{source}), "
+              f"rendezvous at {plan.config['rdzv_endpoint']}", file=sys.stderr)
     return run_plan(plan, quiet=args.quiet, debug=args.debug)

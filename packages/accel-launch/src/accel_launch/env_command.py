@@ -84,9 +84,26 @@ def format_env_info(info: dict[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def config_info(config_file: str | None = None) -> str:
+    """The config file `accel launch` would use and its content (or why there is none)."""
+    from accel_launch.config_file import default_config_file, load_config_from_file
+
+    path = config_file or str(default_config_file())
+    try:
+        loaded = load_config_from_file(config_file)
+    except Exception as exc:  # a broken file is worth reporting, not a crash of `accel env`
+        return f"{path} (cannot be loaded: {exc})"
+    if loaded is None:
+        return f"none ({path} does not exist; run `accel config`)"
+    body = "".join(f"\n    {k}: {v}" for k, v in sorted(loaded.raw.items()))
+    return f"{loaded.label}{body}"
+
+
 def env_command(args: argparse.Namespace) -> int:
     """Handler of `accel env`."""
-    sys.stdout.write(format_env_info(collect_env_info()))
+    info = collect_env_info()
+    info["accel config file"] = config_info(getattr(args, "config_file", None))
+    sys.stdout.write(format_env_info(info))
     return 0
 
 
@@ -95,6 +112,8 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "env", help="Print versions, platform and accelerator details for a bug report.",
         description="Print accel/torch/Python versions, the platform, CPUs, memory, "
-                    "accelerator devices and the ACCEL_*/ACCELERATE_* variables set, as one "
-                    "block to paste into a bug report.")
+                    "accelerator devices, the ACCEL_*/ACCELERATE_* variables set and the "
+                    "config file in use, as one block to paste into a bug report.")
+    parser.add_argument("--config_file", default=None, metavar="PATH",
+                        help="Config file to show (default: the one `accel launch` uses).")
     parser.set_defaults(func=env_command)

@@ -30,8 +30,10 @@ __all__ = [
     "validate_launch_args",
 ]
 
-DEFAULT_SHUTDOWN_TIMEOUT = 5
-"""Seconds between the stop signal and SIGKILL when the launcher is interrupted (Ctrl-C)."""
+DEFAULT_SHUTDOWN_TIMEOUT = 30
+"""Seconds between the stop signal and SIGKILL when the launcher is interrupted (Ctrl-C,
+SIGTERM): long enough for workers to write a last checkpoint on preemption
+(``Accelerator.save_state_if_preempted``); workers that do not catch SIGTERM exit at once."""
 
 _TEE_RE = re.compile(r"^[0-3]$|^[0-9]+:[0-3](,[0-9]+:[0-3])*$")
 
@@ -96,7 +98,10 @@ def parse_rdzv_conf(text: str) -> dict[str, str]:
 
 
 def validate_launch_args(args: argparse.Namespace) -> None:
-    """Reject impossible flag values and combinations (no I/O)."""
+    """Reject impossible flag values and combinations (resolves ``args`` first if needed)."""
+    from accel_launch.resolve import resolve_launch_args
+
+    resolve_launch_args(args)
     if args.num_processes is not None and args.num_processes < 1:
         raise _flag_error("--num_processes", args.num_processes,
                           "use a positive number of processes, e.g. --num_processes 2.")
@@ -151,20 +156,22 @@ def local_process_count(args: argparse.Namespace, host: HostInfo) -> int:
     return total_process_count(args, host) // args.num_machines
 
 
-def _worker_env(args: argparse.Namespace, host: HostInfo, nproc: int) -> dict[str, str]:
+def _worker_env(args: argparse.Namespace, host: HostInfo, nproc: int,
+                sources: Mapping[str, str]) -> dict[str, str]:
     """The environment contract `accel launch` sets for its workers (accel_state.env)."""
+    from accel_launch.worker_env import plugin_env
+
     out: dict[str, str] = {}
     env.LAUNCHED.set(1, env=out)
-    if args.cpu:
-        env.USE_CPU.set(1, env=out)
-    if args.mixed_precision is not None:
-        env.MIXED_PRECISION.set(args.mixed_precision, env=out)
-    if args.debug:
-        env.DEBUG_MODE.set(1, env=out)
+    out.update(plugin_env(args, sources))
     if args.num_cpu_threads_per_process is not None:
         env.OMP_NUM_THREADS.set(args.num_cpu_threads_per_process, env=out)
     elif not host.omp_num_threads_set:
         env.OMP_NUM_THREADS.set(max(1, host.cpu_count // nproc), env=out)
+    if args.max_restarts:
+        # With the rendezvous store shared, restarted gloo workers read the previous
+        # attempt's addresses and fail to connect; own stores per attempt fix that.
+        env.DISABLE_SHARE_RDZV_TCP_STORE.set(1, env=out)
     return out
 
 
@@ -193,8 +200,17 @@ def _plan_warnings(args: argparse.Namespace, host: HostInfo, nproc: int) -> tupl
     return tuple(notes)
 
 
-def build_launch_plan(args: argparse.Namespace, host: HostInfo, port: int) -> LaunchPlan:
-    """Map validated flags, machine facts and the rendezvous ``port`` to a :class:`LaunchPlan`."""
+def build_launch_plan(args: argparse.Namespace, host: HostInfo, port: int,
+                      sources: Mapping[str, str] | None = None) -> LaunchPlan:
+    """Map flags, machine facts and the rendezvous ``port`` to a :class:`LaunchPlan`.
+
+    ``sources`` comes from :func:`accel_launch.resolve.resolve_launch_args`; without it the
+    flags are resolved here (config file, cluster, defaults).
+    """
+    if sources is None:
+        from accel_launch.resolve import resolve_launch_args
+
+        sources = resolve_launch_args(args).sources
     validate_launch_args(args)
     nproc = local_process_count(args, host)
     ip = args.main_process_ip or "127.0.0.1"
@@ -205,7 +221,7 @@ def build_launch_plan(args: argparse.Namespace, host: HostInfo, port: int) -> La
         "min_nodes": args.num_machines,
         "max_nodes": args.num_machines,
         "nproc_per_node": nproc,
-        "run_id": f"accel-{ip}-{port}",
+        "run_id": env.SLURM_JOB_ID.get() or f"accel-{ip}-{port}",
         "role": args.role,
         "rdzv_endpoint": _endpoint(ip, port),
         "rdzv_backend": args.rdzv_backend,
@@ -220,7 +236,7 @@ def build_launch_plan(args: argparse.Namespace, host: HostInfo, port: int) -> La
         config=config,
         entrypoint=entrypoint,
         args=worker_args,
-        env=_worker_env(args, host, nproc),
+        env=_worker_env(args, host, nproc, sources),
         log_dir=args.log_dir,
         tee=args.tee,
         warnings=_plan_warnings(args, host, nproc),

@@ -55,7 +55,7 @@ MPI_LOCAL_SIZE = _var("MPI_LOCALNRANKS", "MPI ranks on this node.",
 ELASTIC_SHUTDOWN_TIMEOUT = _var(
     "TORCH_ELASTIC_SHUTDOWN_TIMEOUT",
     "Seconds torch's elastic agent gives the workers between the stop signal and SIGKILL "
-    "when `accel launch` is interrupted or ends. `accel launch` uses 5 s unless this is set. "
+    "when `accel launch` is interrupted or ends. `accel launch` uses 30 s unless this is set. "
     "(After a worker failure torch itself always allows 30 s, which matters only for "
     "workers that ignore SIGTERM.)")
 

@@ -1,0 +1,153 @@
+"""One table of `accel launch` flags: the parser, the config-file schema, the worker
+environment and docs/launch.md are all built from it, so they cannot disagree.
+
+Every flag's argparse default is ``None`` ("not given"): :mod:`accel_launch.resolve` then
+fills it from the config file or from :attr:`Flag.default`, and remembers which source won.
+This module imports neither torch nor accel_state (whose package imports torch):
+``accel --help`` must stay instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Flag", "GROUPS", "add_flags", "all_flags", "flag_by_dest", "parse_bool"]
+
+_TRUE = {"1", "true", "yes", "y", "on", "t"}
+_FALSE = {"0", "false", "no", "n", "off", "f", "none"}
+
+
+def parse_bool(value: object) -> bool:
+    """``true/false/1/0/yes/no`` (any case) or a real bool; anything else is an error."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise argparse.ArgumentTypeError(f"{value!r} is not true or false")
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One `accel launch` flag and where its value lives elsewhere."""
+
+    opts: tuple[str, ...]
+    """Option strings as declared (the hyphenated twin is added by the parser)."""
+    help: str
+    """Help text (also the docs' description)."""
+    kind: str = "str"
+    """switch (given = true), bool (takes true/false), int, float, str or choice."""
+    choices: tuple[str, ...] = ()
+    """Allowed values of a ``choice`` flag."""
+    default: Any = None
+    """Value when neither the command line nor the config file gives one."""
+    config: tuple[str, str] | None = None
+    """``(section, key)`` in Accelerate's YAML; section "" is the top level."""
+    env: str | None = None
+    """Accelerate's name of the worker variable it sets (declared in accel_state.env)."""
+    dest_name: str | None = None
+    """Attribute name when it differs from the first long option."""
+    unsupported: str | None = None
+    """Why accel refuses this flag (TPU, SageMaker, Megatron-LM): the error's text."""
+    metavar: str | None = None
+
+    @property
+    def dest(self) -> str:
+        if self.dest_name:
+            return self.dest_name
+        long = next(o for o in self.opts if o.startswith("--"))
+        return long[2:].replace("-", "_")
+
+    @property
+    def name(self) -> str:
+        return next(o for o in self.opts if o.startswith("--"))
+
+
+@dataclass(frozen=True)
+class Group:
+    """A titled group of flags in the help and the docs."""
+
+    title: str
+    description: str
+    flags: tuple[Flag, ...]
+
+
+def _groups() -> tuple[Group, ...]:
+    from accel_launch.flags_core import CORE_GROUPS
+    from accel_launch.flags_plugins import PLUGIN_GROUPS
+
+    return (*CORE_GROUPS, *PLUGIN_GROUPS)
+
+
+class _Lazy(Sequence[Group]):
+    """The groups, built on first use (avoids an import cycle with the table modules)."""
+
+    _value: tuple[Group, ...] | None = None
+
+    def _get(self) -> tuple[Group, ...]:
+        if self._value is None:
+            self._value = _groups()
+        return self._value
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._get()[index]
+
+    def __len__(self) -> int:
+        return len(self._get())
+
+
+GROUPS: Sequence[Group] = _Lazy()
+
+
+def all_flags() -> Iterator[Flag]:
+    for group in GROUPS:
+        yield from group.flags
+
+
+def flag_by_dest() -> dict[str, Flag]:
+    return {f.dest: f for f in all_flags()}
+
+
+def _typed(kind: str, flag: str) -> Any:
+    def convert(text: str) -> Any:
+        try:
+            if kind == "int":
+                return int(text)
+            if kind == "float":
+                return float(text)
+            return parse_bool(text)
+        except (ValueError, argparse.ArgumentTypeError):
+            expected = {"int": "a whole number", "float": "a number"}.get(kind, "true or false")
+            raise argparse.ArgumentTypeError(f"{flag} expects {expected}, got {text!r}") from None
+    convert.__name__ = kind
+    return convert
+
+
+def _add_one(group: Any, flag: Flag) -> None:
+    kwargs: dict[str, Any] = {"dest": flag.dest, "default": None, "help": flag.help}
+    if flag.kind == "switch":
+        kwargs.update(action="store_const", const=True)
+    else:
+        if flag.kind in ("int", "float", "bool"):
+            kwargs["type"] = _typed(flag.kind, flag.name)
+        if flag.kind == "choice":
+            kwargs["choices"] = flag.choices
+        if flag.kind == "multi":
+            kwargs["action"] = "append"
+        kwargs["metavar"] = flag.metavar or (
+            "{" + ",".join(flag.choices) + "}" if flag.kind == "choice" else
+            "true|false" if flag.kind == "bool" else flag.kind.upper())
+    group.add_argument(*flag.opts, **kwargs)
+
+
+def add_flags(parser: Any) -> None:
+    """Declare every flag of the table on ``parser`` (an AccelArgumentParser)."""
+    for group in GROUPS:
+        arg_group = parser.add_argument_group(group.title, group.description)
+        for flag in group.flags:
+            _add_one(arg_group, flag)

@@ -1,0 +1,102 @@
+"""`accel launch` flags for hardware, processes, machines, the rendezvous and the script."""
+
+from __future__ import annotations
+
+from accel_launch.flags import Flag, Group
+
+__all__ = ["CORE_GROUPS"]
+
+_TOP = ""
+
+_LAUNCHER = Group("launcher", "Where the defaults come from and what the launcher prints.", (
+    Flag(("--config_file",), "Config file with the defaults (Accelerate's YAML schema, or a "
+         "DeepSpeed JSON, which then runs DeepSpeed with it). Default: $ACCEL_CONFIG_FILE / "
+         "$ACCELERATE_CONFIG_FILE, else the file `accel config` writes, if it exists.",
+         metavar="PATH"),
+    Flag(("--dry_run",), "Print the resolved configuration, where each value came from, the "
+         "worker command and environment, then exit without starting anything.", "switch",
+         default=False),
+    Flag(("-q", "--quiet"), "Only print errors from the launcher (the workers' output is kept).",
+         "switch", default=False),
+    Flag(("--debug",), "Check tensor shapes across ranks before collectives (ACCELERATE_DEBUG_MODE)"
+         " and show full launcher tracebacks.", "switch", default=False,
+         config=(_TOP, "debug"), env="ACCELERATE_DEBUG_MODE"),
+))
+
+_HARDWARE = Group("hardware", "What the workers run on.", (
+    Flag(("--cpu",), "Run on the CPU even if an accelerator is present (ACCELERATE_USE_CPU); "
+         "--num_processes N really starts N CPU processes (gloo).", "switch", default=False,
+         config=(_TOP, "use_cpu"), env="ACCELERATE_USE_CPU"),
+    Flag(("--multi_gpu",), "One process per GPU (already the default when CUDA devices exist).",
+         "switch", default=False),
+    Flag(("--mixed_precision",), "Mixed precision of the workers (ACCELERATE_MIXED_PRECISION). "
+         "A value 'no' from a config file is not passed on, so the script's own "
+         "Accelerator(mixed_precision=...) still decides.", "choice",
+         ("no", "fp16", "bf16", "fp8"), config=(_TOP, "mixed_precision"),
+         env="ACCELERATE_MIXED_PRECISION"),
+    Flag(("--gpu_ids",), "Comma-separated CUDA device ids this machine uses, or 'all' "
+         "(sets CUDA_VISIBLE_DEVICES).", config=(_TOP, "gpu_ids"), metavar="IDS"),
+    Flag(("--enable_cpu_affinity",), "Pin each worker to the cores nearest its GPU "
+         "(ACCELERATE_CPU_AFFINITY).", "switch", default=False,
+         config=(_TOP, "enable_cpu_affinity"), env="ACCELERATE_CPU_AFFINITY"),
+    Flag(("--num_cpu_threads_per_process",), "OMP_NUM_THREADS of each worker (default: keep the "
+         "one set, else cores // local processes).", "int", metavar="N"),
+    Flag(("--downcast_bf16",), "On XLA devices store fp32 as bf16 (ACCELERATE_DOWNCAST_BF16); "
+         "passed on, no effect elsewhere.", "switch", default=False,
+         config=(_TOP, "downcast_bf16"), env="ACCELERATE_DOWNCAST_BF16"),
+))
+
+_PROCESSES = Group("processes and machines", "How many workers, on how many machines.", (
+    Flag(("--num_processes",), "Total processes over all machines (default: CUDA devices per "
+         "machine times --num_machines, or 1 per machine without CUDA).", "int",
+         config=(_TOP, "num_processes"), metavar="N"),
+    Flag(("--num_machines",), "Number of machines taking part (default 1; under srun, "
+         "$SLURM_NNODES).", "int", default=1, config=(_TOP, "num_machines"), metavar="N"),
+    Flag(("--machine_rank",), "Rank of this machine, 0 .. --num_machines - 1 (default 0; under "
+         "srun, $SLURM_NODEID).", "int", default=0, config=(_TOP, "machine_rank"),
+         metavar="RANK"),
+    Flag(("--main_process_ip",), "Address of the machine with rank 0 (default 127.0.0.1; "
+         "required with --num_machines > 1 unless srun tells it).",
+         config=(_TOP, "main_process_ip"), metavar="IP"),
+    Flag(("--main_process_port",), "Rendezvous port on the rank-0 machine (default: a free "
+         "port; required with --num_machines > 1).", "int",
+         config=(_TOP, "main_process_port"), metavar="PORT"),
+    Flag(("--same_network",), "All machines are on the same local network (accepted for "
+         "Accelerate configs; the rendezvous does not need it).", "switch", default=False,
+         config=(_TOP, "same_network")),
+))
+
+_ELASTIC = Group("torch elastic (torchrun) options", "Rendezvous, restarts and worker logs.", (
+    Flag(("--rdzv_backend",), "Rendezvous backend: static (default) or c10d. --max_restarts > 0 "
+         "switches static to c10d, which restarts need.", default="static",
+         config=(_TOP, "rdzv_backend"), metavar="BACKEND"),
+    Flag(("--rdzv_conf",), "Extra rendezvous settings, e.g. timeout=60,read_timeout=30.",
+         default="", metavar="K=V,..."),
+    Flag(("--max_restarts",), "Restart the worker group up to N times after a failure; with "
+         "load_state() the job continues from the newest verified checkpoint (default 0).",
+         "int", default=0, metavar="N"),
+    Flag(("--monitor_interval",), "How often the agent checks the workers, in seconds "
+         "(default 0.1).", "float", default=0.1, metavar="SECONDS"),
+    Flag(("--log_dir",), "Directory for the workers' log files (default: a temporary one).",
+         metavar="DIR"),
+    Flag(("-t", "--tee"), "Also write worker output to log files: 0 none, 1 stdout, 2 stderr, "
+         "3 both, or per rank like 0:3,1:1.", default="0", metavar="STD"),
+    Flag(("--role",), "Name of the worker role in torch elastic's logs.", default="default",
+         metavar="NAME"),
+))
+
+_SCRIPT = Group("script", "How SCRIPT is run.", (
+    Flag(("-m", "--module"), "SCRIPT is a module name, run as `python -m SCRIPT`.", "switch",
+         default=False),
+    Flag(("--no_python",), "Run SCRIPT directly instead of with `python` (any executable).",
+         "switch", default=False),
+    Flag(("--main_training_function",), "Name of the script's main function (Accelerate uses it "
+         "for TPU only; accepted and ignored).", default="main",
+         config=(_TOP, "main_training_function"), metavar="NAME"),
+    Flag(("--mpirun_hostfile",), "Accelerate's MPI hostfile for multi-CPU runs: refused, accel "
+         "starts CPU workers itself (--cpu --num_processes N; for many machines run `accel "
+         "launch` on each, or under srun/mpirun with one launcher per machine).",
+         config=("mpirun_config", "mpirun_hostfile"), metavar="PATH"),
+))
+
+CORE_GROUPS = (_LAUNCHER, _HARDWARE, _PROCESSES, _ELASTIC, _SCRIPT)

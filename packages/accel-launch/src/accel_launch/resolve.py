@@ -1,0 +1,192 @@
+"""Resolve `accel launch`'s settings: command line > config file > cluster (SLURM/MPI) >
+defaults, remembering for every value which source won (``--dry_run`` prints it).
+
+Also the checks that need all sources together: a plugin flag given without its plugin,
+two engines at once, refused platforms. Pure apart from reading the config file and the
+environment through :mod:`accel_state.env`; no torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from accel_state import env
+from accel_state.errors import ConfigurationError
+
+from accel_launch.config_file import ConfigFile, load_config_from_file
+from accel_launch.flags import all_flags, flag_by_dest
+
+__all__ = ["Resolved", "cluster_defaults", "first_slurm_host", "resolve_launch_args"]
+
+CLI = "command line"
+DEFAULT = "default"
+
+#: Flags that only mean something with a plugin on: group title -> (enabling dest, fix).
+_NEEDS = {
+    "DeepSpeed": ("use_deepspeed", "--use_deepspeed"),
+    "FSDP": ("use_fsdp", "--use_fsdp"),
+    "ParallelismConfig": ("use_parallelism_config", "--use_parallelism_config"),
+    "fp8": ("mixed_precision", "--mixed_precision fp8"),
+}
+_DS_REFUSED = ("deepspeed_hostfile", "deepspeed_exclusion_filter", "deepspeed_inclusion_filter")
+
+
+@dataclass
+class Resolved:
+    """The launch settings after resolution."""
+
+    args: argparse.Namespace
+    """Every flag destination filled in."""
+    sources: dict[str, str] = field(default_factory=dict)
+    """Destination -> where its value came from (command line, config file X, SLURM, default)."""
+    config: ConfigFile | None = None
+    """The config file used, if any."""
+    notes: list[str] = field(default_factory=list)
+    """Warnings for the user."""
+
+
+def refuse_unsupported(args: argparse.Namespace) -> None:
+    """TPU, SageMaker and Megatron-LM flags: one clear error instead of a silent no-op."""
+    for flag in all_flags():
+        if flag.unsupported and getattr(args, flag.dest, None) not in (None, False, []):
+            raise ConfigurationError(f"{flag.name} is not supported by accel launch: "
+                                     f"{flag.unsupported}")
+
+
+def first_slurm_host(nodelist: str) -> str:
+    """First host of a SLURM node list: ``node[03-05,9],gpu1`` -> ``node03``."""
+    depth, end = 0, len(nodelist)
+    for i, ch in enumerate(nodelist):
+        depth += ch == "["
+        depth -= ch == "]"
+        if ch == "," and depth == 0:
+            end = i
+            break
+    first = nodelist[:end].strip()
+    match = re.fullmatch(r"([^\[]*)\[([^\]]+)\](.*)", first)
+    if not match:
+        return first
+    prefix, ranges, suffix = match.groups()
+    return prefix + re.split(r"[-,]", ranges)[0] + suffix
+
+
+def cluster_defaults() -> tuple[dict[str, Any], str | None]:
+    """Machines / rank / rank-0 host when `accel launch` runs once per node under srun or mpirun."""
+    nodelist = env.SLURM_NODELIST.raw()
+    nnodes = env.SLURM_NNODES.get_int()
+    if nodelist is not None and nodelist[0] == "SLURM_STEP_NODELIST" and nnodes:
+        if env.SLURM_NTASKS.get_int() in (None, nnodes):  # one launcher per node
+            found = {"num_machines": nnodes, "machine_rank": env.SLURM_NODEID.get_int(0),
+                     "main_process_ip": first_slurm_host(nodelist[1])}
+            return found, "SLURM (srun, one task per node)"
+    size = env.MPI_SIZE.get_int()
+    if size and size > 1:
+        return {"num_machines": size, "machine_rank": env.MPI_RANK.get_int(0)}, \
+            "MPI (mpirun, one launcher per machine)"
+    return {}, None
+
+
+def _fill(resolved: Resolved, cfg: ConfigFile | None, cluster: dict[str, Any],
+          cluster_label: str | None) -> None:
+    args = resolved.args
+    for flag in all_flags():
+        dest = flag.dest
+        if getattr(args, dest, None) is not None:
+            resolved.sources[dest] = CLI
+        elif cfg is not None and cfg.values.get(dest) is not None:
+            setattr(args, dest, cfg.values[dest])
+            resolved.sources[dest] = cfg.label
+        elif dest in cluster:
+            setattr(args, dest, cluster[dest])
+            resolved.sources[dest] = cluster_label or "cluster"
+        else:
+            setattr(args, dest, flag.default)
+            resolved.sources[dest] = DEFAULT
+
+
+def _check_plugin_flags(resolved: Resolved) -> None:
+    """A plugin's flag on the command line needs the plugin on (from any source)."""
+    from accel_launch.flags import GROUPS
+
+    args = resolved.args
+    for group in GROUPS:
+        need = _NEEDS.get(group.title)
+        if need is None:
+            continue
+        dest, fix = need
+        enabled = args.mixed_precision == "fp8" if dest == "mixed_precision" else bool(
+            getattr(args, dest))
+        for flag in group.flags:
+            if flag.dest == dest or resolved.sources.get(flag.dest) != CLI or enabled:
+                continue
+            raise ConfigurationError(
+                f"{flag.name} only applies with {fix}: add {fix} (or set it in the config "
+                f"file), or drop {flag.name}.")
+
+
+def _check_engines(resolved: Resolved) -> None:
+    args, src = resolved.args, resolved.sources
+    if args.use_deepspeed and args.use_fsdp:
+        raise ConfigurationError(
+            f"DeepSpeed (from {src['use_deepspeed']}) and FSDP (from {src['use_fsdp']}) cannot "
+            "be combined: choose one engine.")
+    for dest in _DS_REFUSED:
+        if getattr(args, dest):
+            raise ConfigurationError(
+                f"--{dest} (from {src[dest]}) is not supported: DeepSpeed's pdsh launcher is "
+                "replaced by running `accel launch --num_machines N --machine_rank R "
+                "--main_process_ip IP --main_process_port P` on every machine.")
+    launcher = args.deepspeed_multinode_launcher
+    if launcher and str(launcher).lower() != "standard":
+        raise ConfigurationError(
+            f"--deepspeed_multinode_launcher {launcher!r} (from "
+            f"{src['deepspeed_multinode_launcher']}) is not supported: only 'standard' (accel "
+            "launch on every machine).")
+    if args.mpirun_hostfile:
+        raise ConfigurationError(
+            "--mpirun_hostfile is not supported: accel starts CPU workers itself (`accel launch "
+            "--cpu --num_processes N`); for many machines run `accel launch` once per machine "
+            "(it detects srun and mpirun).")
+    if args.deepspeed_config_file and src.get("zero_stage") == CLI and args.zero_stage is not None:
+        raise ConfigurationError(
+            f"--zero_stage {args.zero_stage} conflicts with the DeepSpeed config file "
+            f"{args.deepspeed_config_file} (from {src['deepspeed_config_file']}), which sets "
+            "the stage itself: set zero_optimization.stage in the JSON, or drop the file.")
+
+
+def resolve_launch_args(args: argparse.Namespace) -> Resolved:
+    """Fill every flag of ``args`` from the sources, in precedence order, and check them.
+
+    Idempotent: the result is remembered on ``args`` (a second call returns it).
+    """
+    done = getattr(args, "_accel_resolved", None)
+    if done is not None:
+        return done
+    refuse_unsupported(args)
+    cfg = load_config_from_file(getattr(args, "config_file", None))
+    resolved = Resolved(args=args, config=cfg)
+    if cfg is not None:
+        resolved.notes.extend(cfg.notes)
+        cfg.values.pop("config_file", None)
+    cluster, label = cluster_defaults()
+    _fill(resolved, cfg, cluster, label)
+    if cfg is not None:
+        args.config_file = str(cfg.path)
+        if resolved.sources.get("config_file") != CLI:
+            resolved.sources["config_file"] = "default location"
+    if args.max_restarts and args.rdzv_backend == "static":
+        args.rdzv_backend = "c10d"
+        resolved.sources["rdzv_backend"] += " (static -> c10d: restarts need a re-rendezvous)"
+    _check_plugin_flags(resolved)
+    _check_engines(resolved)
+    args._accel_resolved = resolved
+    return resolved
+
+
+def flag_name(dest: str) -> str:
+    """``num_processes`` -> ``--num_processes`` (for messages)."""
+    flag = flag_by_dest().get(dest)
+    return flag.name if flag else f"--{dest}"

@@ -1,0 +1,92 @@
+"""`accel to-fsdp2`: convert a config file's FSDP1 settings to FSDP2 keys.
+
+FSDP2 (``fully_shard``) has no sharding-strategy enum, backward/forward prefetch policy,
+``use_orig_params`` or ``sync_module_states``: the strategy becomes
+``fsdp_reshard_after_forward`` (FULL_SHARD/HYBRID_SHARD -> true, SHARD_GRAD_OP/_HYBRID_SHARD_ZERO2
+-> false) and the options with no FSDP2 meaning are dropped (each one reported).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["convert_config_to_fsdp2", "register", "to_fsdp2_command"]
+
+_RESHARD = {"FULL_SHARD": True, "HYBRID_SHARD": True, "SHARD_GRAD_OP": False,
+            "_HYBRID_SHARD_ZERO2": False, "1": True, "2": False, "4": True, "5": False}
+_DROPPED = ("fsdp_backward_prefetch", "fsdp_backward_prefetch_policy", "fsdp_forward_prefetch",
+            "fsdp_use_orig_params", "fsdp_sync_module_states")
+
+
+def convert_config_to_fsdp2(config: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """``(new config, notes)``; a config that is FSDP2 already comes back unchanged."""
+    from accel_state.errors import ConfigurationError
+
+    fsdp = dict(config.get("fsdp_config") or {})
+    notes: list[str] = []
+    if not fsdp:
+        raise ConfigurationError("the config has no fsdp_config section: nothing to convert "
+                                 "(run `accel config` and choose FSDP).")
+    if int(fsdp.get("fsdp_version", 1)) == 2:
+        return config, ["fsdp_version is 2 already: nothing changed."]
+    strategy = fsdp.pop("fsdp_sharding_strategy", None)
+    if strategy is not None:
+        key = str(strategy).upper()
+        if key in ("NO_SHARD", "3"):
+            raise ConfigurationError(
+                "fsdp_sharding_strategy NO_SHARD has no FSDP2 equivalent: use distributed_type "
+                "MULTI_GPU (DDP) instead of FSDP.")
+        if key not in _RESHARD:
+            raise ConfigurationError(f"fsdp_sharding_strategy {strategy!r} is unknown: use "
+                                     "FULL_SHARD, SHARD_GRAD_OP or HYBRID_SHARD.")
+        fsdp.setdefault("fsdp_reshard_after_forward", _RESHARD[key])
+        notes.append(f"fsdp_sharding_strategy {strategy} -> fsdp_reshard_after_forward "
+                     f"{_RESHARD[key]}")
+    for key in _DROPPED:
+        if key in fsdp:
+            notes.append(f"{key} removed (no FSDP2 equivalent)")
+            fsdp.pop(key)
+    fsdp["fsdp_version"] = 2
+    return {**config, "fsdp_config": fsdp}, notes
+
+
+def to_fsdp2_command(args: argparse.Namespace) -> int:
+    from accel_state.errors import ConfigurationError
+
+    from accel_launch.config_file import load_config_from_file, save_config
+
+    source = Path(args.config_file)
+    loaded = load_config_from_file(source)
+    if loaded is None or loaded.kind != "yaml":
+        raise ConfigurationError(f"{source} is not an accel/Accelerate config file.")
+    target = Path(args.output_file) if args.output_file else source
+    if target == source and not args.overwrite:
+        raise ConfigurationError("pass --output_file NEW.yaml, or --overwrite to replace "
+                                 f"{source} in place.")
+    if target.exists() and target != source and not args.overwrite:
+        raise ConfigurationError(f"{target} exists: pass --overwrite to replace it.")
+    converted, notes = convert_config_to_fsdp2(loaded.raw)
+    save_config(converted, target)
+    load_config_from_file(target)
+    for note in notes:
+        print(f"accel to-fsdp2: {note}", file=sys.stderr)
+    print(f"FSDP2 config written to {target}")
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    """Entry point of the ``accel.cli`` group: add ``to-fsdp2``."""
+    parser = subparsers.add_parser(
+        "to-fsdp2", help="Convert a config file's FSDP1 settings to FSDP2.",
+        description="Rewrite fsdp_config for FSDP2: sharding strategy -> "
+                    "fsdp_reshard_after_forward, FSDP1-only options removed.")
+    parser.add_argument("--config_file", required=True, metavar="PATH",
+                        help="The config file to convert.")
+    parser.add_argument("--output_file", default=None, metavar="PATH",
+                        help="Where to write the converted config.")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="Replace --output_file (or --config_file itself) if it exists.")
+    parser.set_defaults(func=to_fsdp2_command)

@@ -1,0 +1,1 @@
+"""Accelerate's ``accelerate.commands`` path: re-export modules of the `accel` CLI's verbs."""

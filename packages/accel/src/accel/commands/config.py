@@ -1,0 +1,23 @@
+"""Accelerate's ``accelerate.commands.config`` path: the objects of accel-launch's config verb."""
+
+from __future__ import annotations
+
+from accel_launch.config_command import config_command, update_config, write_basic_config
+from accel_launch.config_file import (
+    cache_dir,
+    default_config_file,
+    default_json_config_file,
+    default_yaml_config_file,
+    load_config_from_file,
+)
+
+__all__ = [
+    "cache_dir",
+    "config_command",
+    "default_config_file",
+    "default_json_config_file",
+    "default_yaml_config_file",
+    "load_config_from_file",
+    "update_config",
+    "write_basic_config",
+]

@@ -1,0 +1,1 @@
+"""Scripts `accel test` launches (run as files, not imported)."""

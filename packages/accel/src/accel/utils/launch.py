@@ -1,0 +1,19 @@
+"""Accelerate's ``accelerate.utils.launch`` path: the launch helpers of :mod:`accel_launch`."""
+
+from __future__ import annotations
+
+from accel_launch.launch_utils import (
+    convert_dict_to_env_variables,
+    is_port_in_use,
+    prepare_deepspeed_cmd_env,
+    prepare_multi_gpu_env,
+    prepare_simple_launcher_cmd_env,
+)
+
+__all__ = [
+    "convert_dict_to_env_variables",
+    "is_port_in_use",
+    "prepare_deepspeed_cmd_env",
+    "prepare_multi_gpu_env",
+    "prepare_simple_launcher_cmd_env",
+]
