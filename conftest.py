@@ -19,16 +19,24 @@ _LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_
 @pytest.fixture(autouse=True)
 def clean_state(monkeypatch: pytest.MonkeyPatch):
     """No launcher variables leak in, and every test starts with unbuilt singletons."""
-    from accel_state import GradientState, PartialState
-
     for key in list(os.environ):
         if key in _LAUNCH_VARS or key.startswith(("ACCEL_", "ACCELERATE_")):
             monkeypatch.delenv(key)
-    PartialState._reset_state()
-    GradientState._reset_state()
+    _reset_singletons()
     yield
+    _reset_singletons()
+
+
+def _reset_singletons() -> None:
+    from accel_state import GradientState, PartialState
+
     PartialState._reset_state()
     GradientState._reset_state()
+    try:  # the facade's, when accel is installed (not in a member's own environment)
+        from accel.state import AcceleratorState
+    except ImportError:
+        return
+    AcceleratorState._reset_state()
 
 
 @pytest.fixture

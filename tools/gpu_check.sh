@@ -31,4 +31,11 @@ echo "== benchmarks on the GPU"
 (cd tools/bench && "${PY[@]}" bench_step.py --device auto --repeats 15) || status=1
 (cd tools/bench && "${PY[@]}" bench_precision.py --device auto --repeats 15) || status=1
 (cd tools/bench && "${PY[@]}" bench_checkpoint.py --device auto --size-mb 1024 --repeats 5) || status=1
+(cd tools/bench && "${PY[@]}" bench_inference.py --device auto --size-mb 1024 --repeats 3) || status=1
+if "${PY[@]}" -c "import deepspeed" >/dev/null 2>&1; then  # DeepSpeed: a locked env has it
+    (cd tools/bench && "${PY[@]}" -m accel_launch launch --num_processes 1 bench_deepspeed.py \
+        --device auto) || status=1
+else
+    echo "== bench_deepspeed skipped: deepspeed is not installed"
+fi
 exit $status

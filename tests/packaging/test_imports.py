@@ -137,3 +137,27 @@ def test_accel_state_stays_light() -> None:
     if "numpy" in loaded:
         assert "numpy" in torch_baseline(), (
             "`import accel_state` imported numpy, which `import torch` alone does not")
+
+
+def test_deepspeed_is_imported_only_by_prepare() -> None:
+    """Building an Accelerator with a DeepSpeed plugin (and the plugin's API) and running
+    `accel --help` import no DeepSpeed: the strategy imports it at the first prepare."""
+    pytest.importorskip("accel")
+    info = _run(
+        "import json, sys\n"
+        "from accel import Accelerator, DeepSpeedPlugin\n"
+        "from accel.utils import DummyOptim, DummyScheduler, HfDeepSpeedConfig\n"
+        "accelerator = Accelerator(cpu=True, deepspeed_plugin={'zero_stage': 2})\n"
+        "assert type(accelerator.strategy).__name__ == 'DeepSpeedStrategy'\n"
+        "with DeepSpeedPlugin(zero_stage=2).zero3_init_context_manager(): pass\n"
+        "print(json.dumps({'modules': sorted({m.split('.')[0] for m in sys.modules})}))\n")
+    assert isinstance(info, dict), info
+    assert "deepspeed" not in info["modules"], "the DeepSpeed plugin imported deepspeed"
+    cli = _run(
+        "import contextlib, io, json, sys\n"
+        "from accel_launch.cli import main\n"
+        "with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):\n"
+        "    main(['--help'])\n"
+        "print(json.dumps({'modules': sorted({m.split('.')[0] for m in sys.modules})}))\n")
+    assert isinstance(cli, dict), cli
+    assert "deepspeed" not in cli["modules"], "`accel --help` imported deepspeed"

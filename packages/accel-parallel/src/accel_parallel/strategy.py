@@ -134,6 +134,16 @@ class Strategy:
         """This process's coordinate along each dimension of :attr:`parallel_sizes`."""
         return {"dp_replicate": self.dp_rank}
 
+    @property
+    def device_mesh(self) -> Any:
+        """The run's one named ``DeviceMesh`` (FSDP2, TP, N-D strategies); None without one."""
+        return None
+
+    @property
+    def parallelism_config(self) -> Any:
+        """The ``ParallelismConfig`` the mesh was built from, when there is one."""
+        return None
+
     # -- prepare ------------------------------------------------------------------------------
     def prepare(self, request: PrepareRequest) -> PrepareRequest:
         """Prepare every object of one ``prepare`` call; models first.
@@ -226,6 +236,12 @@ class Strategy:
 
     def no_sync(self, model: torch.nn.Module) -> contextlib.AbstractContextManager[None]:
         """Skip gradient synchronisation inside the block (a no-op without data parallelism)."""
+        return _NO_CONTEXT
+
+    def context_parallel(self, buffers: Any = None, buffer_seq_dims: Any = None,
+                         no_restore_buffers: Any = None) -> contextlib.AbstractContextManager[Any]:
+        """``Accelerator.maybe_context_parallel``: shard ``buffers`` along their sequence
+        dimension for the block when the strategy runs context parallelism (a no-op here)."""
         return _NO_CONTEXT
 
     def accumulation_context(self, models: tuple[torch.nn.Module, ...] | list[torch.nn.Module],

@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 # public name -> module that defines it
 _EXPORTS = {
@@ -21,6 +21,8 @@ _EXPORTS = {
     "DistributedDataParallelKwargs": "accel_parallel",
     "DDPCommunicationHookType": "accel_parallel",
     "FullyShardedDataParallelPlugin": "accel_parallel",
+    "DeepSpeedPlugin": "accel_parallel",
+    "ParallelismConfig": "accel_parallel",
     "AutocastKwargs": "accel_precision",
     "GradScalerKwargs": "accel_precision",
     # accel-data
@@ -28,7 +30,20 @@ _EXPORTS = {
     "skip_first_batches": "accel_data",
     # accel-checkpoint
     "ProjectConfiguration": "accel_checkpoint.project",
-    "load_checkpoint_in_model": "accel_checkpoint.weights",
+    # accel-inference
+    "load_checkpoint_in_model": "accel_inference.loading",
+    "init_empty_weights": "accel_inference.empty_init",
+    "init_on_device": "accel_inference.empty_init",
+    "cpu_offload": "accel_inference.big_modeling",
+    "cpu_offload_with_hook": "accel_inference.big_modeling",
+    "disk_offload": "accel_inference.big_modeling",
+    "dispatch_model": "accel_inference.big_modeling",
+    "load_checkpoint_and_dispatch": "accel_inference.big_modeling",
+    "infer_auto_device_map": "accel_inference.device_map",
+    "prepare_pippy": "accel_inference.pipeline",
+    # accel-launch
+    "notebook_launcher": "accel_launch.launchers",
+    "debug_launcher": "accel_launch.launchers",
 }
 
 __all__ = [*_EXPORTS, "__version__"]
@@ -36,11 +51,24 @@ __all__ = [*_EXPORTS, "__version__"]
 if TYPE_CHECKING:
     from accel_parallel import (
         DDPCommunicationHookType,
+        DeepSpeedPlugin,
         DistributedDataParallelKwargs,
         FullyShardedDataParallelPlugin,
+        ParallelismConfig,
     )
     from accel_checkpoint.project import ProjectConfiguration
-    from accel_checkpoint.weights import load_checkpoint_in_model
+    from accel_inference.big_modeling import (
+        cpu_offload,
+        cpu_offload_with_hook,
+        disk_offload,
+        dispatch_model,
+        load_checkpoint_and_dispatch,
+    )
+    from accel_inference.device_map import infer_auto_device_map
+    from accel_inference.empty_init import init_empty_weights, init_on_device
+    from accel_inference.loading import load_checkpoint_in_model
+    from accel_inference.pipeline import prepare_pippy
+    from accel_launch.launchers import debug_launcher, notebook_launcher
     from accel_data import DataLoaderConfiguration, skip_first_batches
     from accel_precision import AutocastKwargs, GradScalerKwargs
     from accel_state import (

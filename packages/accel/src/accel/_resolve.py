@@ -37,6 +37,9 @@ from accel_state import (
     env,
 )
 
+from accel._deepspeed import resolve_deepspeed
+from accel._parallelism import resolve_parallelism_plugins
+
 __all__ = ["Handlers", "collect_handlers", "resolve_precision", "resolve_accumulation",
            "resolve_plugins", "resolve_dynamo", "resolve_strategy"]
 
@@ -82,10 +85,23 @@ def collect_handlers(kwargs_handlers: Iterable[Any] | None) -> Handlers:
 
 
 def resolve_plugins(fsdp_plugin: Any = None, *, dynamo_backend: Any = None,
-                    dynamo_plugin: Any = None) -> dict[str, Any]:
+                    dynamo_plugin: Any = None, deepspeed_plugin: Any = None,
+                    deepspeed_plugins: Any = None, gradient_state: Any = None,
+                    parallelism_config: Any = None, torch_tp_plugin: Any = None
+                    ) -> dict[str, Any]:
     """The parallelism plugins by kind, from the arguments or the environment
-    (``ACCELERATE_USE_FSDP=true`` builds the FSDP plugin from the ``FSDP_*`` variables)."""
+    (``ACCELERATE_USE_FSDP=true`` builds the FSDP plugin from the ``FSDP_*`` variables,
+    ``ACCELERATE_USE_DEEPSPEED=true`` the DeepSpeed plugin: ``accel/_deepspeed.py``)."""
     plugins: dict[str, Any] = {}
+    deepspeed = resolve_deepspeed(deepspeed_plugin, deepspeed_plugins, gradient_state)
+    if deepspeed is not None:
+        if fsdp_plugin is not None or env.USE_FSDP.get_bool():
+            source = ("fsdp_plugin=" if fsdp_plugin is not None
+                      else "{}={}".format(*env.USE_FSDP.raw()))
+            raise ConfigurationError(
+                f"FSDP and DeepSpeed are both enabled ({source} and a DeepSpeed plugin): they "
+                "shard the model in different ways; choose one of them.")
+        plugins["deepspeed"] = deepspeed
     dynamo = resolve_dynamo(dynamo_backend, dynamo_plugin)
     if dynamo.enabled:
         plugins["dynamo"] = dynamo
@@ -98,6 +114,8 @@ def resolve_plugins(fsdp_plugin: Any = None, *, dynamo_backend: Any = None,
                 "FullyShardedDataParallelPlugin: build one with "
                 "accel.FullyShardedDataParallelPlugin(sharding_strategy=..., ...).")
         plugins["fsdp"] = fsdp_plugin
+    # N-D parallelism (accel/_parallelism.py): ParallelismConfig, TorchTensorParallelPlugin
+    plugins.update(resolve_parallelism_plugins(parallelism_config, torch_tp_plugin))
     return plugins
 
 

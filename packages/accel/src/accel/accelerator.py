@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
 from accel_parallel import PrepareRequest, Strategy
@@ -20,17 +20,17 @@ from accel_state import (
     GradientAccumulationPlugin,
     GradientState,
     PartialState,
-    gather,
-    pad_across_processes,
-    reduce,
 )
 
 from accel import _tracking
 from accel import checkpointing as _ckpt
-from accel._checkpointing import checkpoint_sync_point
+from accel._accelerator_state import AcceleratorState
 from accel._data import UNSET as _UNSET
 from accel._data import DataMixin, resolve_dataloader_config
+from accel._parallelism import ParallelismMixin
 from accel._precision import PrecisionMixin
+from accel._preemption import PreemptionMixin
+from accel._process import ProcessMixin
 from accel._resolve import (
     collect_handlers,
     resolve_accumulation,
@@ -43,10 +43,10 @@ from accel.scheduler import AcceleratedScheduler
 
 __all__ = ["Accelerator"]
 
-_F = TypeVar("_F", bound=Callable[..., Any])
 
 
-class Accelerator(PrecisionMixin, DataMixin, _ckpt.CheckpointingMixin, _tracking.TrackingMixin):
+class Accelerator(ProcessMixin, PrecisionMixin, DataMixin, _ckpt.CheckpointingMixin,
+                  _tracking.TrackingMixin, ParallelismMixin, PreemptionMixin):
     """Prepare a model, optimizer, dataloader and scheduler for the current launch setting.
 
     Args:
@@ -57,7 +57,9 @@ class Accelerator(PrecisionMixin, DataMixin, _ckpt.CheckpointingMixin, _tracking
         gradient_accumulation_steps: batches per optimizer step inside :meth:`accumulate`
             (or a ``GradientAccumulationPlugin`` for the finer options).
         fsdp_plugin: a ``FullyShardedDataParallelPlugin``: shard the models with FSDP2
-            (also ``ACCELERATE_USE_FSDP=true`` with ``FSDP_*`` variables; docs/parallel.md).
+            (also ``ACCELERATE_USE_FSDP=true`` with ``FSDP_*`` variables; docs/parallel.md);
+            ``deepspeed_plugin(s)``: DeepSpeed ZeRO (docs/deepspeed.md, ``accel/_deepspeed.py``);
+            ``parallelism_config`` / ``torch_tp_plugin``: TP, CP, HSDP on one mesh.
         dynamo_backend / dynamo_plugin: compile prepared models with torch.compile (a
             backend name, or a ``TorchDynamoPlugin``; also ``ACCELERATE_DYNAMO_*``).
         mixed_precision: ``"no"``, ``"fp16"``, ``"bf16"`` or ``"fp8"``; must agree with
@@ -75,7 +77,9 @@ class Accelerator(PrecisionMixin, DataMixin, _ckpt.CheckpointingMixin, _tracking
                  split_batches: Any = _UNSET, dataloader_config: Any = None,
                  project_dir: Any = None, project_config: Any = None,
                  fsdp_plugin: Any = None, dynamo_backend: Any = None,
-                 dynamo_plugin: Any = None) -> None:
+                 dynamo_plugin: Any = None, deepspeed_plugin: Any = None,
+                 deepspeed_plugins: Any = None, parallelism_config: Any = None,
+                 torch_tp_plugin: Any = None) -> None:
         # data options (accel/_data.py): dataloader_config, deprecated split_batches=
         self._dataloader_config = resolve_dataloader_config(split_batches, dataloader_config)
         self._handlers = collect_handlers(kwargs_handlers)
@@ -89,8 +93,14 @@ class Accelerator(PrecisionMixin, DataMixin, _ckpt.CheckpointingMixin, _tracking
         # then the strategy, which receives it (accel_parallel: chosen by the registry)
         self._precision = resolve_precision(mixed_precision, self.state, self._handlers)
         plugins = resolve_plugins(fsdp_plugin, dynamo_backend=dynamo_backend,
-                                  dynamo_plugin=dynamo_plugin)
+                                  dynamo_plugin=dynamo_plugin, deepspeed_plugin=deepspeed_plugin,
+                                  deepspeed_plugins=deepspeed_plugins,
+                                  gradient_state=self.gradient_state,
+                                  parallelism_config=parallelism_config,
+                                  torch_tp_plugin=torch_tp_plugin)
         self._strategy = resolve_strategy(self.state, self._precision, self._handlers, plugins)
+        # the shared view Accelerate's libraries read (accelerate.state.AcceleratorState)
+        self.state = AcceleratorState._for_accelerator(self._precision, self._strategy, plugins)
         self._models: list[torch.nn.Module] = []
         self._optimizers: list[AcceleratedOptimizer] = []
         self._schedulers: list[AcceleratedScheduler] = []
@@ -104,44 +114,6 @@ class Accelerator(PrecisionMixin, DataMixin, _ckpt.CheckpointingMixin, _tracking
         # end_training(): wait for async checkpoint writes, then finish the trackers' runs
         self._end_training_hooks: list[Callable[[], None]] = [
             self.wait_for_checkpoint, lambda: _tracking.end_tracking(self)]
-
-    # -- views of the process state ----------------------------------------------------------
-    @property
-    def device(self) -> torch.device:
-        return self.state.device
-
-    @property
-    def distributed_type(self) -> DistributedType:
-        """The strategy's (``MULTI_CPU``, ``MULTI_GPU``, ``FSDP``, ``DEEPSPEED``, ...)."""
-        return self._strategy.distributed_type
-
-    @property
-    def num_processes(self) -> int:
-        return self.state.num_processes
-
-    @property
-    def process_index(self) -> int:
-        return self.state.process_index
-
-    @property
-    def local_process_index(self) -> int:
-        return self.state.local_process_index
-
-    @property
-    def is_main_process(self) -> bool:
-        return self.state.is_main_process
-
-    @property
-    def is_local_main_process(self) -> bool:
-        return self.state.is_local_main_process
-
-    @property
-    def is_last_process(self) -> bool:
-        return self.state.is_last_process
-
-    @property
-    def use_distributed(self) -> bool:
-        return self.state.use_distributed
 
     @property
     def sync_gradients(self) -> bool:
@@ -293,53 +265,6 @@ class Accelerator(PrecisionMixin, DataMixin, _ckpt.CheckpointingMixin, _tracking
                      keep_torch_compile: bool = True) -> torch.nn.Module:
         """The user's module inside the strategy's wrappers (DDP, an engine, compile)."""
         return self._strategy.unwrap_model(model, keep_fp32_wrapper, keep_torch_compile)
-
-    # -- collectives -------------------------------------------------------------------------
-    def gather(self, tensor: Any) -> Any:
-        """All-gather (nested) tensors from every process, concatenated on dim 0."""
-        return gather(tensor)
-
-    def reduce(self, tensor: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
-        return reduce(tensor, reduction, scale)
-
-    def pad_across_processes(self, tensor: Any, dim: int = 0, pad_index: int = 0,
-                             pad_first: bool = False) -> Any:
-        return pad_across_processes(tensor, dim=dim, pad_index=pad_index, pad_first=pad_first)
-
-    def wait_for_everyone(self) -> None:
-        """Barrier; a rank first lets a save the main process makes alone commit."""
-        checkpoint_sync_point(self, "wait_for_everyone")
-        self.state.wait_for_everyone()
-
-    def print(self, *args: Any, **kwargs: Any) -> None:
-        """``print`` once per machine."""
-        self.state.print(*args, **kwargs)
-
-    def split_between_processes(self, inputs: Any, apply_padding: bool = False
-                                ) -> contextlib.AbstractContextManager[Any]:
-        return self.state.split_between_processes(inputs, apply_padding=apply_padding)
-
-    def main_process_first(self) -> contextlib.AbstractContextManager[None]:
-        return self.state.main_process_first()
-
-    def local_main_process_first(self) -> contextlib.AbstractContextManager[None]:
-        return self.state.local_main_process_first()
-
-    def on_main_process(self, function: _F) -> _F:
-        return self.state.on_main_process(function)
-
-    def on_local_main_process(self, function: _F) -> _F:
-        return self.state.on_local_main_process(function)
-
-    def on_last_process(self, function: _F) -> _F:
-        return self.state.on_last_process(function)
-
-    def on_process(self, function: _F | None = None, process_index: int | None = None) -> Any:
-        return self.state.on_process(function, process_index=process_index)
-
-    def on_local_process(self, function: _F | None = None,
-                         local_process_index: int | None = None) -> Any:
-        return self.state.on_local_process(function, local_process_index=local_process_index)
 
     # -- end of training ---------------------------------------------------------------------
     def end_training(self) -> None:

@@ -33,9 +33,10 @@ from accel_checkpoint.weights import (
     dtype_byte_size,
     id_tensor_storage,
     load,
-    load_checkpoint_in_model,
     save,
 )
+from accel_inference.offload import *  # noqa: F403
+from accel_inference.offload import __all__ as _offload_all
 from accel_parallel import (
     DDPCommunicationHookType,
     DistributedDataParallelKwargs,
@@ -67,11 +68,17 @@ from accel_tracking.probes import *  # noqa: F403
 from accel_tracking.probes import __all__ as _tracking_probes_all
 
 from accel.utils.dataclasses import *  # noqa: F403
+from accel.utils.modeling import *  # noqa: F403
+from accel.utils.modeling import __all__ as _modeling_all
+from accel.utils.deepspeed import *  # noqa: F403
+from accel.utils.deepspeed import __all__ as _deepspeed_all
 from accel.utils.dataclasses import __all__ as _dataclasses_all
 from accel.utils.environment import *  # noqa: F403
 from accel.utils.environment import __all__ as _environment_all
 from accel.utils.other import *  # noqa: F403
 from accel.utils.other import __all__ as _other_all
+from accel.utils.launch import *  # noqa: F403
+from accel.utils.launch import __all__ as _launch_all
 
 _checkpoint_all = [
     "FSDP_MODEL_NAME", "MODEL_NAME", "OPTIMIZER_NAME", "PROFILE_PATTERN_NAME", "RNG_STATE_NAME",
@@ -79,14 +86,16 @@ _checkpoint_all = [
     "SAMPLER_NAME", "SCALER_NAME", "SCHEDULER_NAME", "WEIGHTS_INDEX_NAME", "WEIGHTS_NAME",
     "WEIGHTS_PATTERN_NAME", "clean_state_dict_for_safetensors", "convert_bytes",
     "convert_file_size_to_int", "dtype_byte_size", "id_tensor_storage", "load",
-    "load_checkpoint_in_model", "save", "merge_fsdp_weights",
+    "save", "merge_fsdp_weights",
 ]
 _precision_all = ["contextual_fp8_autocast", "convert_model", "convert_model_to_fp8_ao",
                   "has_ao_layers", "has_transformer_engine_layers"]
 
 __all__ = sorted({
+    *_offload_all, *_modeling_all,
+    *_deepspeed_all,
     *_state_all, *_imports_all, *_operations_all, *_environment_all, *_dataclasses_all,
-    *_tracking_probes_all, *_checkpoint_all, *_precision_all, *_other_all, "tqdm",
+    *_tracking_probes_all, *_checkpoint_all, *_precision_all, *_other_all, *_launch_all, "tqdm",
     "extract_model_from_parallel", "FSDP_SHARDING_STRATEGY", "FSDP_AUTO_WRAP_POLICY",
     "FSDP_BACKWARD_PREFETCH", "FSDP_STATE_DICT_TYPE", "FSDP2_STATE_DICT_TYPE",
 })

@@ -6,10 +6,15 @@ from accel_checkpoint.project import ProjectConfiguration
 from accel_data import DataLoaderConfiguration
 from accel_parallel import (
     DDPCommunicationHookType,
+    DeepSpeedPlugin,
     DistributedDataParallelKwargs,
     DynamoBackend,
     FullyShardedDataParallelPlugin,
+    ParallelismConfig,
+    TorchContextParallelConfig,
     TorchDynamoPlugin,
+    TorchTensorParallelConfig,
+    TorchTensorParallelPlugin,
 )
 from accel_precision.kwargs import (
     AORecipeKwargs,
@@ -35,7 +40,9 @@ from accel_tracking import LoggerType
 __all__ = ["AORecipeKwargs", "AutocastKwargs", "BaseEnum", "ComputeEnvironment",
            "DDPCommunicationHookType", "DataLoaderConfiguration", "DistributedDataParallelKwargs",
            "DistributedType", "DynamoBackend", "EnumWithContains", "FP8BackendType", "FP8RecipeKwargs",
-           "FullyShardedDataParallelPlugin",
+           "DeepSpeedPlugin",
+           "FullyShardedDataParallelPlugin", "ParallelismConfig", "TorchContextParallelConfig",
+           "TorchTensorParallelConfig", "TorchTensorParallelPlugin",
            "GradScalerKwargs", "GradientAccumulationPlugin", "InitProcessGroupKwargs",
            "KwargsHandler", "LoggerType", "PrecisionType", "ProjectConfiguration", "RNGType",
            "SageMakerDistributedType", "TERecipeKwargs", "TensorInformation",

@@ -1,0 +1,164 @@
+"""``AcceleratorState``: the process state plus what the ``Accelerator`` resolved, shared.
+
+Accelerate's libraries (transformers, peft, diffusers) and user code read the run's
+configuration from ``AcceleratorState()`` anywhere in the process: the mixed precision,
+the distributed type (``FSDP``, ``DEEPSPEED``, ...), the parallelism plugins, the device
+mesh. It is a shared-state object over :class:`~accel_state.PartialState` (every instance
+sees the same attributes); everything the process state knows (device, ranks,
+``wait_for_everyone``, ``main_process_first``, ...) is read through to it. The plugins stay
+opaque here: the facade fills the fields from the Precision and Strategy it resolved, so
+accel-state never imports a plugin class (DESIGN.md §8).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from accel_state import ConfigurationError, DistributedType, PartialState, env
+from accel_state.state import SharedDict
+
+__all__ = ["AcceleratorState"]
+
+
+class AcceleratorState:
+    """The run's shared configuration (Accelerate's ``accelerate.state.AcceleratorState``).
+
+    Built by the ``Accelerator`` (each new ``Accelerator`` refreshes it). Constructed before
+    any ``Accelerator``, it reads the launch environment (``ACCELERATE_MIXED_PRECISION``,
+    ``ACCELERATE_USE_FSDP``, ``ACCELERATE_USE_DEEPSPEED``, ``ACCELERATE_USE_CPU``) and the
+    plugins given to it. Once built, asking for another ``mixed_precision`` is an error.
+    """
+
+    _shared_state: dict[str, Any] = SharedDict()
+
+    def __init__(self, mixed_precision: str | None = None, cpu: bool = False,
+                 dynamo_plugin: Any = None, deepspeed_plugin: Any = None,
+                 fsdp_plugin: Any = None, torch_tp_plugin: Any = None,
+                 megatron_lm_plugin: Any = None, parallelism_config: Any = None,
+                 _from_accelerator: bool = False, **kwargs: Any) -> None:
+        self.__dict__ = self._shared_state
+        if megatron_lm_plugin is not None:
+            raise ConfigurationError(
+                "megatron_lm_plugin is not supported: accel runs tensor and pipeline "
+                "parallelism with torch-native parallelism instead; pass "
+                "parallelism_config=ParallelismConfig(tp_size=..., dp_shard_size=...).")
+        if self.initialized:
+            if mixed_precision is not None and str(mixed_precision) != self.mixed_precision:
+                raise ConfigurationError(
+                    f"AcceleratorState was already built with mixed_precision="
+                    f"{self.mixed_precision!r}; AcceleratorState(mixed_precision="
+                    f"{mixed_precision!r}) cannot change it. Pass mixed_precision to the "
+                    "Accelerator instead (a new Accelerator refreshes the state).")
+            return
+        state = PartialState(cpu, **kwargs)
+        distributed_type = state.distributed_type
+        if fsdp_plugin is not None or env.USE_FSDP.get_bool():
+            distributed_type = DistributedType.FSDP
+        if deepspeed_plugin is not None or env.USE_DEEPSPEED.get_bool(False):
+            distributed_type = DistributedType.DEEPSPEED
+        self._fill(mixed_precision=str(mixed_precision or env.MIXED_PRECISION.get() or "no"),
+                   distributed_type=distributed_type, dynamo_plugin=dynamo_plugin,
+                   deepspeed_plugin=deepspeed_plugin, fsdp_plugin=fsdp_plugin,
+                   torch_tp_plugin=torch_tp_plugin, parallelism_config=parallelism_config,
+                   device_mesh=None)
+
+    @classmethod
+    def _for_accelerator(cls, precision: Any, strategy: Any,
+                         plugins: Mapping[str, Any]) -> AcceleratorState:
+        """Refresh the shared state from an Accelerator's resolved precision, strategy and
+        plugins (by kind, as ``accel._resolve.resolve_plugins`` returns them)."""
+        cls._shared_state.clear()
+        self = cls.__new__(cls)
+        self.__dict__ = cls._shared_state
+        self._fill(mixed_precision=precision.name, distributed_type=strategy.distributed_type,
+                   dynamo_plugin=plugins.get("dynamo"),
+                   deepspeed_plugin=plugins.get("deepspeed"), fsdp_plugin=plugins.get("fsdp"),
+                   torch_tp_plugin=plugins.get("tp"),
+                   parallelism_config=getattr(strategy, "parallelism_config", None)
+                   or plugins.get("parallelism_config"),
+                   device_mesh=getattr(strategy, "device_mesh", None))
+        return self
+
+    def _fill(self, *, mixed_precision: str, distributed_type: DistributedType,
+              dynamo_plugin: Any, deepspeed_plugin: Any, fsdp_plugin: Any,
+              torch_tp_plugin: Any, parallelism_config: Any, device_mesh: Any) -> None:
+        # the process state's plain attributes (device, ranks, ...) as our own, as Accelerate
+        # does, so reading them costs a dict lookup; its methods and properties go through
+        # __getattr__ to the one PartialState
+        partial = PartialState()
+        self.__dict__.update(partial.__dict__)
+        self._partial = partial
+        self.mixed_precision = mixed_precision
+        self.distributed_type = distributed_type
+        self.dynamo_plugin = dynamo_plugin
+        if deepspeed_plugin is None or isinstance(deepspeed_plugin, Mapping):
+            self.deepspeed_plugins = dict(deepspeed_plugin) if deepspeed_plugin else None
+        else:
+            self.deepspeed_plugins = {"default": deepspeed_plugin}
+        self.fsdp_plugin = fsdp_plugin
+        self.torch_tp_plugin = torch_tp_plugin
+        self.megatron_lm_plugin = None
+        self.parallelism_config = parallelism_config
+        self.device_mesh = device_mesh
+        self.downcast_bfloat = False
+        self._initialized = True
+
+    # -- shared-state plumbing ------------------------------------------------------------------
+    def __getattr__(self, name: str) -> Any:
+        """Everything the process state knows (device, ranks, ``wait_for_everyone``, ...)."""
+        if name.startswith("__") or name in ("_shared_state", "_partial"):
+            raise AttributeError(name)
+        partial = self._shared_state.get("_partial")
+        return getattr(partial if partial is not None else PartialState(), name)
+
+    @property
+    def initialized(self) -> bool:
+        return bool(self._shared_state.get("_initialized"))
+
+    @classmethod
+    def _reset_state(cls, reset_partial_state: bool = False) -> None:
+        """Forget the shared state (tests); ``reset_partial_state`` also the process state."""
+        cls._shared_state.clear()
+        if reset_partial_state:
+            PartialState._reset_state()
+
+    # -- plugins ----------------------------------------------------------------------------------
+    @property
+    def is_fsdp2(self) -> bool:
+        """Whether FSDP runs (accel's FSDP is always FSDP2, ``fully_shard``)."""
+        return self.distributed_type is DistributedType.FSDP and self.fsdp_plugin is not None
+
+    @property
+    def deepspeed_plugin(self) -> Any:
+        """The DeepSpeed plugin in use (the selected one of several), else None."""
+        plugins = self.deepspeed_plugins
+        if not plugins:
+            return None
+        selected = [p for p in plugins.values() if getattr(p, "selected", False)]
+        return selected[0] if selected else next(iter(plugins.values()))
+
+    def get_deepspeed_plugin(self, name: str) -> Any:
+        """The DeepSpeed plugin registered as ``name`` (``Accelerator(deepspeed_plugins=...)``)."""
+        plugins = self.deepspeed_plugins or {}
+        if name not in plugins:
+            raise ConfigurationError(
+                f"No DeepSpeed plugin named {name!r}; the Accelerator has "
+                f"{sorted(plugins) or 'none'}.")
+        return plugins[name]
+
+    def select_deepspeed_plugin(self, name: str | None = None) -> None:
+        """Make ``name`` the active DeepSpeed plugin (the one the next ``prepare`` uses)."""
+        chosen = self.get_deepspeed_plugin(name) if name is not None else self.deepspeed_plugin
+        for plugin in (self.deepspeed_plugins or {}).values():
+            if hasattr(plugin, "selected"):
+                plugin.selected = plugin is chosen
+
+    @property
+    def use_distributed(self) -> bool:
+        return PartialState().use_distributed
+
+    def __repr__(self) -> str:
+        return (f"AcceleratorState(distributed_type={self.distributed_type}, "
+                f"mixed_precision={self.mixed_precision!r}, device={PartialState().device}, "
+                f"num_processes={PartialState().num_processes})")
