@@ -61,3 +61,15 @@ def test_reset_and_refused_plugins():
         AcceleratorState(cpu=True, megatron_lm_plugin=object())
     with pytest.raises(ConfigurationError, match="No DeepSpeed plugin named 'x'"):
         AcceleratorState(cpu=True).get_deepspeed_plugin("x")
+
+
+def test_free_memory_forgets_the_prepared_objects():
+    accelerator = Accelerator(cpu=True)
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    accelerator.step = 3
+    model, optimizer = accelerator.free_memory(model, optimizer)
+    assert model is None and optimizer is None
+    assert accelerator._models == [] and accelerator._optimizers == [] and accelerator.step == 0
+    assert accelerator.clear() == []

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 from accel_state.errors import ConfigurationError
+from accel_state.memory import clear_device_cache
 from torch import nn
 
 __all__ = ["set_module_tensor_to_device", "named_module_tensors", "get_non_persistent_buffers",
@@ -32,12 +33,6 @@ def get_module_and_name(module: nn.Module, tensor_name: str) -> tuple[nn.Module,
                                      f"(looking for the tensor {tensor_name!r}).")
         module = child
     return module, name
-
-
-def clear_device_cache() -> None:
-    """Return cached accelerator memory to the driver after weights moved off it."""
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
 
 
 def set_module_tensor_to_device(module: nn.Module, tensor_name: str, device: Any,

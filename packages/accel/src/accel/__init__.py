@@ -18,6 +18,7 @@ _EXPORTS = {
     "DistributedType": "accel_state",
     "InitProcessGroupKwargs": "accel_state",
     "synchronize_rng_states": "accel_state",
+    "find_executable_batch_size": "accel_state.memory",
     "DistributedDataParallelKwargs": "accel_parallel",
     "DDPCommunicationHookType": "accel_parallel",
     "FullyShardedDataParallelPlugin": "accel_parallel",
@@ -71,6 +72,7 @@ if TYPE_CHECKING:
     from accel_launch.launchers import debug_launcher, notebook_launcher
     from accel_data import DataLoaderConfiguration, skip_first_batches
     from accel_precision import AutocastKwargs, GradScalerKwargs
+    from accel_state.memory import find_executable_batch_size
     from accel_state import (
         DistributedType,
         InitProcessGroupKwargs,

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 from accel_parallel import PrepareRequest, Strategy
+from accel_state.memory import release_memory
 from accel_state import (
     DistributedType,
     GradientAccumulationPlugin,
@@ -271,6 +272,18 @@ class Accelerator(ProcessMixin, PrecisionMixin, DataMixin, _ckpt.CheckpointingMi
         """Call once training is over: finishes the trackers' runs (and other finishers)."""
         for finish in self._end_training_hooks:
             finish()
+
+    def free_memory(self, *objects: Any) -> list[None]:
+        """Forget every prepared object and free the device cache (between two trainings in
+        one process): ``model, optimizer = accelerator.free_memory(model, optimizer)``."""
+        self.wait_for_checkpoint()
+        self._models, self._optimizers, self._schedulers, self._dataloaders = [], [], [], []
+        self.step = 0
+        return release_memory(*objects)
+
+    def clear(self, *objects: Any) -> list[None]:
+        """Alias of :meth:`free_memory`."""
+        return self.free_memory(*objects)
 
     # -- saving ------------------------------------------------------------------------------
     def save(self, obj: Any, f: Any, safe_serialization: bool = False) -> None:

@@ -75,6 +75,8 @@ from accel.utils.deepspeed import __all__ as _deepspeed_all
 from accel.utils.dataclasses import __all__ as _dataclasses_all
 from accel.utils.environment import *  # noqa: F403
 from accel.utils.environment import __all__ as _environment_all
+from accel.utils.memory import *  # noqa: F403
+from accel.utils.memory import __all__ as _memory_all
 from accel.utils.other import *  # noqa: F403
 from accel.utils.other import __all__ as _other_all
 from accel.utils.launch import *  # noqa: F403
@@ -95,7 +97,7 @@ __all__ = sorted({
     *_offload_all, *_modeling_all,
     *_deepspeed_all,
     *_state_all, *_imports_all, *_operations_all, *_environment_all, *_dataclasses_all,
-    *_tracking_probes_all, *_checkpoint_all, *_precision_all, *_other_all, *_launch_all, "tqdm",
+    *_tracking_probes_all, *_checkpoint_all, *_precision_all, *_other_all, *_memory_all, *_launch_all, "tqdm",
     "extract_model_from_parallel", "FSDP_SHARDING_STRATEGY", "FSDP_AUTO_WRAP_POLICY",
     "FSDP_BACKWARD_PREFETCH", "FSDP_STATE_DICT_TYPE", "FSDP2_STATE_DICT_TYPE",
 })

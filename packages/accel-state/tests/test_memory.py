@@ -1,0 +1,71 @@
+"""find_executable_batch_size and release_memory (Accelerate's accelerate.utils.memory)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from accel_state.memory import (
+    find_executable_batch_size,
+    release_memory,
+    should_reduce_batch_size,
+)
+
+
+def _oom() -> RuntimeError:
+    return RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 1 GB")
+
+
+def test_halves_the_batch_size_until_the_function_fits():
+    tried = []
+
+    @find_executable_batch_size(starting_batch_size=128)
+    def train(batch_size, lr, *, steps):
+        tried.append(batch_size)
+        if batch_size > 20:
+            raise _oom()
+        return batch_size, lr, steps
+
+    assert train(0.1, steps=3) == (16, 0.1, 3)
+    assert tried == [128, 64, 32, 16]
+
+
+def test_custom_reduction_other_errors_and_reaching_zero():
+    sizes = iter([10, 0])
+
+    @find_executable_batch_size(starting_batch_size=20, reduce_batch_size_fn=lambda: next(sizes))
+    def always_oom(batch_size):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory.")
+
+    with pytest.raises(RuntimeError, match="No executable batch size found, reached zero"):
+        always_oom()
+
+    @find_executable_batch_size
+    def broken(batch_size):
+        raise ValueError("a real bug")
+
+    with pytest.raises(ValueError, match="a real bug"):  # not retried
+        broken()
+
+
+def test_passing_the_batch_size_yourself_is_named():
+    @find_executable_batch_size(starting_batch_size=8)
+    def train(batch_size, lr):
+        return batch_size
+
+    with pytest.raises(TypeError, match=r"Batch size was passed into `train`.*`train\(lr=0.1\)`"):
+        train(32, 0.1)
+    with pytest.raises(ValueError, match="starting_batch_size=0"):
+        find_executable_batch_size(lambda b: b, starting_batch_size=0)
+
+
+def test_out_of_memory_is_recognised():
+    assert should_reduce_batch_size(_oom())
+    assert should_reduce_batch_size(torch.cuda.OutOfMemoryError("CUDA out of memory."))
+    assert not should_reduce_batch_size(RuntimeError("shape mismatch"))
+    assert not should_reduce_batch_size(KeyError("x"))
+
+
+def test_release_memory_returns_one_none_per_object():
+    model, optimizer = torch.nn.Linear(2, 2), object()
+    model, optimizer = release_memory(model, optimizer)
+    assert model is None and optimizer is None
