@@ -88,6 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     setup = TrainingSetup(optimizer=args.optimizer, mixed_precision=args.mixed_precision,
                           batch_size=args.batch_size, seq_len=args.seq_len, strategy="none")
     torch.manual_seed(0)
+    # one intra-op thread: every extra thread gets its own malloc arena and scratch buffers,
+    # which made the measured peak vary from run to run (and the estimate does not model them)
+    torch.set_num_threads(1)
     peak = measure_training_peak(lambda: build_model(
         args.model, args.library_name, args.trust_remote_code, empty=False), setup)
     print(json.dumps({"measured_peak": peak}))

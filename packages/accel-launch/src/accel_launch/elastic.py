@@ -60,11 +60,17 @@ def is_port_in_use(port: int, host: str = "") -> bool:
 
 
 def resolve_port(args: argparse.Namespace) -> int:
-    """``--main_process_port`` checked free on the rank-0 machine, or a free one picked."""
+    """``--main_process_port`` (checked free on the rank-0 machine under the static
+    rendezvous), or a free one picked."""
     if args.main_process_port is None:
         return find_free_port()
     port = int(args.main_process_port)
-    if args.machine_rank == 0 and is_port_in_use(port):
+    # Only the static rendezvous makes machine 0 bind it. With c10d (also what restarts
+    # switch to) whichever agent comes first hosts the store: when several "machines" share
+    # this host, the port is legitimately bound already by the one that did.
+    static = (getattr(args, "rdzv_backend", None) or "static") == "static" and not getattr(
+        args, "max_restarts", 0)
+    if args.machine_rank == 0 and static and is_port_in_use(port):
         raise ConfigurationError(
             f"--main_process_port {port} is already in use on this machine: stop the process "
             "holding it, pass another port, or leave the flag out to pick a free one.")
