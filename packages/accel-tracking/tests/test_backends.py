@@ -211,3 +211,12 @@ def test_other_backends_start_log_finish_when_installed(name, tmp_path, monkeypa
     group = run(name, "proj", tmp_path if name == "aim" else None, **kwargs)
     group.finish()
     assert group.failures() == {}
+
+
+def test_wandb_reader_waits_for_the_exit_record_and_names_what_an_unfinished_file_holds(tmp_path):
+    pytest.importorskip("wandb")
+    run_dir = tmp_path / "wandb" / "offline-run-20261201_000000-abc123"
+    run_dir.mkdir(parents=True)
+    (run_dir / "run-abc123.wandb").write_bytes(b":W&B\x00\x00\x00")  # header, no records yet
+    with pytest.raises(TimeoutError, match=r"no 'exit' record after 0 s.*holds \[\]"):
+        read_wandb_offline_runs(tmp_path / "wandb", timeout=0.2)

@@ -10,6 +10,7 @@ import glob
 import json
 import os
 import struct
+import time
 import zipfile
 from typing import Any
 
@@ -43,8 +44,8 @@ def _wandb_records(path: str) -> list[bytes]:
             pos += left
             continue
         _checksum, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
-        if kind == 0 and length == 0:
-            break
+        if (kind == 0 and length == 0) or pos + 7 + length > len(data):
+            break  # the end of what the writer has written so far
         pending += data[pos + 7:pos + 7 + length]
         pos += 7 + length
         if kind in (1, 4):  # a full record, or the last piece of one
@@ -53,22 +54,24 @@ def _wandb_records(path: str) -> list[bytes]:
     return records
 
 
-def read_wandb_offline_runs(wandb_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
+def read_wandb_offline_runs(wandb_dir: str | os.PathLike[str],
+                            timeout: float = 60.0) -> list[dict[str, Any]]:
     """Each ``offline-run-*`` under ``wandb_dir``: ``{"dir", "id", "config", "history"}``.
 
     ``history`` is the list of rows logged (user keys plus wandb's ``_step``...),
     ``config`` the stored configuration (values decoded from JSON).
-    """
-    from wandb.proto import wandb_internal_pb2
 
+    wandb's service process writes the run file behind ``run.finish()``; on a loaded
+    machine the file can still be incomplete when ``finish`` returns. So each file is
+    read once it holds the run's closing ``exit`` record, waiting up to ``timeout``
+    seconds, and a file that never gets one is an error naming what it does hold.
+    """
     runs = []
     for run_dir in sorted(glob.glob(os.path.join(os.fspath(wandb_dir), "offline-run-*"))):
         config: dict[str, Any] = {}
         history: list[dict[str, Any]] = []
         files = glob.glob(os.path.join(run_dir, "*.wandb"))
-        for payload in _wandb_records(files[0]) if files else []:
-            record = wandb_internal_pb2.Record()
-            record.ParseFromString(payload)
+        for record in _finished_wandb_records(files[0], timeout) if files else []:
             kind = record.WhichOneof("record_type")
             if kind == "history":
                 row: dict[str, Any] = {}
@@ -81,6 +84,26 @@ def read_wandb_offline_runs(wandb_dir: str | os.PathLike[str]) -> list[dict[str,
         runs.append({"dir": run_dir, "id": run_dir.rsplit("-", 1)[-1], "config": config,
                      "history": history})
     return runs
+
+
+def _finished_wandb_records(path: str, timeout: float) -> list[Any]:
+    """The parsed records of a run file, once its ``exit`` record is there."""
+    from wandb.proto import wandb_internal_pb2
+
+    deadline = time.monotonic() + timeout
+    while True:
+        records = []
+        for payload in _wandb_records(path):
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(payload)
+            records.append(record)
+        kinds = [record.WhichOneof("record_type") for record in records]
+        if "exit" in kinds:
+            return records
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path} has no 'exit' record after {timeout:.0f} s, so wandb "
+                               f"has not finished writing it; it holds {kinds}.")
+        time.sleep(0.1)
 
 
 def _put(target: dict[str, Any], item: Any, value: Any) -> None:
