@@ -63,6 +63,17 @@ def test_written_file_is_standard_safetensors_with_every_dtype(tmp_path):
         assert ours[name].dtype == tensor.dtype and ours[name].shape == tensor.shape
 
 
+def test_unhashed_write_is_the_same_file_without_a_record(tmp_path):
+    """save_model's files are listed in no manifest: they are written without hashing."""
+    tensors = {"w": torch.randn(64, 3), "b": torch.arange(4)}
+    record = write_safetensors(tmp_path / "hashed.safetensors", tensors, {"format": "pt"})
+    assert write_safetensors(tmp_path / "plain.safetensors", tensors, {"format": "pt"},
+                             hashed=False) is None
+    assert (tmp_path / "plain.safetensors").read_bytes() == (
+        tmp_path / "hashed.safetensors").read_bytes()
+    assert hash_file(tmp_path / "plain.safetensors") == record
+
+
 def test_reader_accepts_files_written_by_safetensors(tmp_path):
     tensors = {"a": torch.arange(3, dtype=torch.uint8), "b": torch.randn(4, dtype=torch.float64)}
     safetensors_torch.save_file(tensors, tmp_path / "y.safetensors")

@@ -115,20 +115,24 @@ def _header(tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None
 
 
 def write_safetensors(path: str | os.PathLike[str], tensors: dict[str, torch.Tensor],
-                      metadata: dict[str, str] | None = None) -> FileRecord:
-    """Write ``tensors`` as a safetensors file, fsync it, and return its record (size, digests)."""
+                      metadata: dict[str, str] | None = None, hashed: bool = True
+                      ) -> FileRecord | None:
+    """Write ``tensors`` as a safetensors file, fsync it, and return its record (size,
+    digests). ``hashed=False`` writes without hashing and returns None: for files no
+    manifest lists (``save_model``'s weights), where hashing would be wasted work."""
     head, order = _header(tensors, metadata)
-    hasher = _ChunkHasher()
+    hasher = _ChunkHasher() if hashed else None
     with open(path, "wb", buffering=0) as handle:
         for view in (memoryview(head), *(_as_bytes(tensors[n]) for n in order)):
-            hasher.update(view)
+            if hasher is not None:
+                hasher.update(view)
             for start in range(0, len(view), _WRITE):
                 piece = view[start:start + _WRITE]
                 written = 0
                 while written < len(piece):
                     written += handle.write(piece[written:])
         os.fsync(handle.fileno())
-    return hasher.record()
+    return hasher.record() if hasher is not None else None
 
 
 def _read_verified(path: Path, expected: FileRecord | None, hashed: bool = True) -> Any:

@@ -153,7 +153,7 @@ def save_model_weights(state_dict: dict[str, torch.Tensor], save_directory: str 
     for name, shard in zip(names, shards):
         if safe_serialization:
             _atomic_write(directory / name, lambda p, s=shard: write_safetensors(
-                p, s, {"format": "pt"}))
+                p, s, {"format": "pt"}, hashed=False))
         else:
             _atomic_write(directory / name, lambda p, s=shard: _torch_save_file(s, p))
         written.append(directory / name)
@@ -245,7 +245,7 @@ def save(obj: Any, f: str | os.PathLike[str], save_on_each_node: bool = False,
         return
     path = Path(f)
     if safe_serialization:
-        _atomic_write(path, lambda p: write_safetensors(p, obj, {"format": "pt"}))
+        _atomic_write(path, lambda p: write_safetensors(p, obj, {"format": "pt"}, hashed=False))
     else:
         _atomic_write(path, lambda p: _torch_save_file(obj, p))
 

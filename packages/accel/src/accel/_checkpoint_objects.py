@@ -110,7 +110,7 @@ def save_custom_state(obj: Any, path: str | os.PathLike[str], index: int = 0,
         return
     skeleton, tensors = flatten_state(obj.state_dict())
     base = Path(path) / f"custom_checkpoint_{index}"
-    write_safetensors(base.with_suffix(".safetensors"), tensors)
+    write_safetensors(base.with_suffix(".safetensors"), tensors, hashed=False)  # manifest hashes it
     write_json(base.with_suffix(".json"), skeleton)
 
 
