@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import torch
-from common import interleaved, report
+from common import import_accelerate, interleaved, report
 from safetensors.torch import save_file
 from torch import nn
 
@@ -73,13 +73,10 @@ def main() -> None:
 
     candidates["raw save_file"] = raw
     candidates["accel"] = timed_save(accelerator.save_model, "accel")
-    try:
-        import accelerate
-
+    accelerate = import_accelerate()
+    if accelerate is not None:
         theirs = accelerate.Accelerator(cpu=True)
         candidates["accelerate"] = timed_save(theirs.save_model, "accelerate")
-    except ImportError:
-        print("(accelerate is not installed: its column is left out)")
     try:
         for run in candidates.values():  # warm-up: page cache, first allocations
             run()

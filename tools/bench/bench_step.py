@@ -24,7 +24,7 @@ import time
 
 import torch
 import torch.distributed as dist
-from common import epoch_timer, interleaved, make_mlp, report
+from common import epoch_timer, import_accelerate, interleaved, make_mlp, report
 from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
@@ -62,26 +62,48 @@ def main() -> None:
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     model, opt, loader = accelerator.prepare(
         model, opt, DataLoader(data, batch_size=args.batch_size, shuffle=False))
-    if args.accumulate > 1:
-        raw = raw_accumulation_timer(raw_model, raw_opt, raw_loader, args.accumulate, device)
-        acc = accel_accumulation_timer(accelerator, model, opt, loader)
-    else:
-        raw = epoch_timer(raw_model, raw_opt, raw_loader, lambda loss: loss.backward(),
-                          device=device)
-        acc = epoch_timer(model, opt, loader, accelerator.backward)
+    candidates = {"raw torch": raw_timer(raw_model, raw_opt, raw_loader, args.accumulate, device),
+                  "accel": library_timer(accelerator, model, opt, loader, args.accumulate)}
+    # Accelerate's column, one process only (under accel launch it would need its own group)
+    accelerate = import_accelerate() if world == 1 and args.device == "cpu" else None
+    if accelerate is not None:
+        theirs = accelerate.Accelerator(cpu=True, gradient_accumulation_steps=args.accumulate)
+        their_model = make_mlp(args.width)
+        their_opt = torch.optim.SGD(their_model.parameters(), lr=0.01)
+        candidates["accelerate"] = library_timer(theirs, *theirs.prepare(
+            their_model, their_opt, DataLoader(data, batch_size=args.batch_size)),
+            args.accumulate)
 
-    raw(), acc()  # warm-up
-    samples = interleaved({"raw torch": raw, "accel": acc}, args.repeats)
+    for run in candidates.values():
+        run()  # warm-up
+    samples = interleaved(candidates, args.repeats)
     per_step = {k: [v / args.steps * 1e3 for v in vs] for k, vs in samples.items()}
     if accelerator.is_main_process:
         kind = "step" if args.accumulate == 1 else f"accumulate({args.accumulate}) micro-step"
-        report(f"{kind} ({world} process{'es' if world > 1 else ''}, {device.type}, "
-               f"w{args.width} b{args.batch_size})", "raw torch", "accel",
-               per_step, unit="ms", target=1.02,
-               extra={"processes": world, "batch_size": args.batch_size, "steps": args.steps,
-                      "width": args.width, "accumulate": args.accumulate})
+        for name in candidates:
+            if name != "raw torch":
+                report(f"{kind} ({world} process{'es' if world > 1 else ''}, {device.type}, "
+                       f"w{args.width} b{args.batch_size})", "raw torch", name,
+                       per_step, unit="ms", target=1.02,
+                       extra={"processes": world, "batch_size": args.batch_size,
+                              "steps": args.steps, "width": args.width,
+                              "accumulate": args.accumulate})
     if world > 1:
         dist.barrier()
+
+
+def raw_timer(model, optimizer, loader, steps, device):  # noqa: ANN001, ANN201
+    """The hand-written loop: a plain step, or accumulation over ``steps`` micro-steps."""
+    if steps > 1:
+        return raw_accumulation_timer(model, optimizer, loader, steps, device)
+    return epoch_timer(model, optimizer, loader, lambda loss: loss.backward(), device=device)
+
+
+def library_timer(accelerator, model, optimizer, loader, steps):  # noqa: ANN001, ANN201
+    """The documented loop of accel or Accelerate (same API): plain, or in ``accumulate``."""
+    if steps > 1:
+        return accel_accumulation_timer(accelerator, model, optimizer, loader)
+    return epoch_timer(model, optimizer, loader, accelerator.backward)
 
 
 def raw_accumulation_timer(model, optimizer, loader, steps, device):  # noqa: ANN001, ANN201
@@ -108,7 +130,7 @@ def raw_accumulation_timer(model, optimizer, loader, steps, device):  # noqa: AN
 
 
 def accel_accumulation_timer(accelerator, model, optimizer, loader):  # noqa: ANN001, ANN201
-    """Accelerate's documented accumulation loop."""
+    """Accelerate's documented accumulation loop (run by accel or by Accelerate)."""
     loss_fn = nn.CrossEntropyLoss()
 
     def run() -> float:

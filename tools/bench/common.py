@@ -40,6 +40,18 @@ def report(benchmark: str, baseline: str, candidate: str, samples: dict[str, lis
     return record
 
 
+def import_accelerate() -> Any:
+    """Hugging Face Accelerate when importable (a bench-only extra column: run the bench with
+    ``uv run --with accelerate ...``; it is no dependency of the project), else None."""
+    try:
+        import accelerate
+    except ImportError:
+        print("(accelerate is not installed: its column is left out; "
+              "`uv run --with accelerate ...` adds it)")
+        return None
+    return accelerate
+
+
 def make_mlp(width: int = 256):  # noqa: ANN201 - torch imported lazily for bench_import
     """The small MLP (64 -> width -> width -> 10) the step benchmarks train, same init each call."""
     import torch
