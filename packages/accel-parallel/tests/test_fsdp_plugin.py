@@ -309,3 +309,17 @@ def test_modules_to_shard_callable_none_and_ignored():
     assert ignored.ignored_params(model) == set(model.layers[0].parameters())
     listed = Plugin(ignored_modules=[model.head])
     assert listed.ignored_params(model) == set(model.head.parameters())
+
+
+def test_fp16_with_fsdp2_needs_a_shardable_scaler_and_torch_2_5(monkeypatch):
+    from accel_parallel import fsdp
+    from accel_precision import FP16Precision, Precision
+
+    class ScalingPrecision(Precision):  # scales the loss but cannot share its inf check
+        name = "custom-fp16"
+
+    with pytest.raises(ConfigurationError, match="custom-fp16.*use_sharded_scaler"):
+        fsdp._shard_scaler(ScalingPrecision())
+    monkeypatch.setattr(fsdp, "is_torch_version", lambda op, version: True)
+    with pytest.raises(ConfigurationError, match=r"needs torch>=2\.5.*bf16"):
+        fsdp._shard_scaler(FP16Precision(device="cpu"))

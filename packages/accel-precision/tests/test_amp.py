@@ -208,3 +208,18 @@ def test_a_device_without_autocast_is_an_error_not_silent_fp32():
 def test_grad_scaler_kwargs_are_validated(options, match):
     with pytest.raises(ConfigurationError, match=match):
         GradScalerKwargs(**options)
+
+
+def test_fp16_sharded_scaler_keeps_the_scale_reached_and_its_options():
+    from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+
+    precision = FP16Precision(device="cpu", scaler_kwargs=GradScalerKwargs(init_scale=2.0**10,
+                                                                           growth_interval=7))
+    precision.load_state_dict({**precision.state_dict(), "scale": 96.0})
+    precision.use_sharded_scaler()
+    assert isinstance(precision.scaler, ShardedGradScaler)
+    assert precision.scaler.get_scale() == 96.0
+    assert precision.scaler.get_growth_interval() == 7
+    bare = FP16Precision(device="cpu", scaler_kwargs=GradScalerKwargs(enabled=False))
+    bare.use_sharded_scaler()  # no loss scaling: nothing to share
+    assert bare.scaler is None

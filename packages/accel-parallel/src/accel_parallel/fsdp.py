@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from accel_state import ConfigurationError, DistributedType
+from accel_state.imports import is_torch_version
 
 from accel_parallel.mesh import BuiltMesh, build_mesh
 from accel_parallel.strategy import Strategy
@@ -73,10 +74,7 @@ class FSDP2Strategy(Strategy):
             plugin = FullyShardedDataParallelPlugin()
         self.plugin = plugin
         if self.precision.scaler is not None:
-            raise ConfigurationError(
-                f"mixed_precision={self.precision.name!r} with FSDP2 needs a loss scaler whose "
-                "inf/nan check agrees across the shards, which accel does not have yet; use "
-                "mixed_precision='bf16' (no loss scaling) with FSDP.")
+            _shard_scaler(self.precision)
         plugin.validate_cpu_offload(state.device)
         #: the resolved sizes of the mesh (given, or implied by the plugin's strategy)
         self.parallelism = parallelism if parallelism is not None else self._plugin_sizes()
@@ -248,6 +246,24 @@ class FSDP2Strategy(Strategy):
         norm = torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
         full_tensor = getattr(norm, "full_tensor", None)
         return full_tensor() if full_tensor is not None else norm
+
+
+def _shard_scaler(precision: Precision) -> None:
+    """fp16 with FSDP2: every rank sees inf/nan in its own gradient shards only, so the loss
+    scaler must agree over all processes before skipping a step (torch's
+    ``ShardedGradScaler`` all-reduces the finding)."""
+    if is_torch_version("<", "2.5"):
+        raise ConfigurationError(
+            f"mixed_precision={precision.name!r} with FSDP2 needs torch>=2.5, whose GradScaler "
+            f"unscales DTensor gradients; this is torch {torch.__version__}. Upgrade torch, "
+            "or use mixed_precision='bf16' (no loss scaling).")
+    use_sharded = getattr(precision, "use_sharded_scaler", None)
+    if use_sharded is None:
+        raise ConfigurationError(
+            f"mixed_precision={precision.name!r} scales the loss, and its precision class "
+            f"{type(precision).__name__} cannot share its inf/nan check across FSDP2's shards "
+            "(it has no use_sharded_scaler); use mixed_precision='bf16' or 'fp16' with FSDP.")
+    use_sharded()
 
 
 def plugin_parallelism(plugin: FullyShardedDataParallelPlugin, world: int

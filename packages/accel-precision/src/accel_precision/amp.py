@@ -165,6 +165,7 @@ class FP16Precision(AutocastPrecision):
             if self.scaler_kwargs.enabled else None
         self._unscaled: set[int] = set()
         self._stepped: set[int] = set()
+        self._sharded = False
 
     @classmethod
     def from_handlers(cls, device: torch.device, *, autocast: AutocastKwargs | None = None,
@@ -172,6 +173,33 @@ class FP16Precision(AutocastPrecision):
                       ao_recipe: AORecipeKwargs | None = None,
                       te_recipe: TERecipeKwargs | None = None) -> FP16Precision:
         return cls(device=device, autocast_kwargs=autocast, scaler_kwargs=scaler)
+
+    def use_sharded_scaler(self, process_group: Any = None) -> None:
+        """Scale through torch's ``ShardedGradScaler`` from now on (sharded models: FSDP2).
+
+        Each rank holds only its shards of the gradients, so each sees inf/nan in its own
+        shards only; this scaler all-reduces that finding over ``process_group`` (default:
+        every process), so every rank skips the same steps and keeps the same scale. The
+        scale reached so far carries over. A no-op without loss scaling.
+        """
+        if self._scaler is None:
+            return
+        from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+
+        options = self.scaler_kwargs.to_kwargs()
+        sharded = ShardedGradScaler(self.device.type, process_group=process_group, **options)
+        sharded.load_state_dict(self.scaler.state_dict())  # the scale reached so far
+        self._scaler, self._sharded = sharded, True
+
+    def _quiet(self, function: Callable[..., Any], *args: Any) -> Any:
+        """Call ``function``; with the sharded scaler, without torch's per-step warning that
+        the one-element inf flag becomes a replicated DTensor (the scaler all-reduces it
+        next, which is the point)."""
+        if not self._sharded:
+            return function(*args)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Found a non-scalar tensor with numel=1")
+            return function(*args)
 
     def _update(self) -> None:
         """Apply the pending ``GradScaler.update`` (after the iteration's optimizer steps)."""
@@ -196,7 +224,7 @@ class FP16Precision(AutocastPrecision):
         key = id(optimizer)
         if self._scaler is None or key in self._unscaled or key in self._stepped:
             return
-        self._scaler.unscale_(optimizer)
+        self._quiet(self._scaler.unscale_, optimizer)
         self._unscaled.add(key)
 
     def optimizer_step(self, optimizer: torch.optim.Optimizer,
@@ -205,7 +233,7 @@ class FP16Precision(AutocastPrecision):
             return super().optimizer_step(optimizer, closure)
         if id(optimizer) in self._stepped:  # a second step without a backward in between
             self._update()
-        stepped = step_with_scaler(self._scaler, optimizer, closure)
+        stepped = self._quiet(step_with_scaler, self._scaler, optimizer, closure)
         self._stepped.add(id(optimizer))
         return stepped
 
@@ -217,3 +245,4 @@ class FP16Precision(AutocastPrecision):
         scaler = self.scaler
         if scaler is not None and state_dict:
             scaler.load_state_dict(state_dict)
+
