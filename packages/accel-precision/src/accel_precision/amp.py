@@ -245,4 +245,3 @@ class FP16Precision(AutocastPrecision):
         scaler = self.scaler
         if scaler is not None and state_dict:
             scaler.load_state_dict(state_dict)
-
