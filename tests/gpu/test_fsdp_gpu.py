@@ -41,3 +41,35 @@ def test_fsdp2_trains_and_checkpoints_on_one_gpu(tmp_path):
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def test_fsdp2_fp16_scales_the_loss_with_the_sharded_scaler():
+    import torch.distributed as dist
+    from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+
+    from accel import Accelerator, FullyShardedDataParallelPlugin
+
+    try:
+        accelerator = Accelerator(mixed_precision="fp16",
+                                  fsdp_plugin=FullyShardedDataParallelPlugin())
+        assert isinstance(accelerator.scaler, ShardedGradScaler)
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1))
+        optimizer = torch.optim.SGD(model.parameters(), lr=1e-2)
+        model, optimizer = accelerator.prepare(model, optimizer)
+        x = torch.randn(8, 16, device="cuda")
+        scale = accelerator.scaler.get_scale()
+        accelerator.backward(model(x).pow(2).mean() * float("inf"))
+        optimizer.step()
+        assert optimizer.step_was_skipped and accelerator.scaler.get_scale() == scale / 2
+        losses = []
+        for _ in range(5):
+            loss = model(x).pow(2).mean()
+            accelerator.backward(loss)
+            optimizer.step()
+            optimizer.zero_grad()
+            losses.append(loss.item())
+        assert losses[-1] < losses[0]
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
