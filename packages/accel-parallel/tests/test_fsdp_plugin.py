@@ -317,9 +317,11 @@ def test_fp16_with_fsdp2_needs_a_shardable_scaler_and_torch_2_5(monkeypatch):
 
     class ScalingPrecision(Precision):  # scales the loss but cannot share its inf check
         name = "custom-fp16"
+        scaler = torch.amp.GradScaler("cpu")
 
-    with pytest.raises(ConfigurationError, match="custom-fp16.*use_sharded_scaler"):
-        fsdp._shard_scaler(ScalingPrecision())
+    with pytest.raises(ConfigurationError, match="custom-fp16.*adapt_to_sharding"):
+        fsdp._adapt_precision(ScalingPrecision())
+    fsdp._adapt_precision(Precision())  # nothing to adapt: fine
     monkeypatch.setattr(fsdp, "is_torch_version", lambda op, version: True)
     with pytest.raises(ConfigurationError, match=r"needs torch>=2\.5.*bf16"):
-        fsdp._shard_scaler(FP16Precision(device="cpu"))
+        fsdp._adapt_precision(FP16Precision(device="cpu"))

@@ -68,3 +68,16 @@ def test_fp8_training_runs_and_the_loss_decreases():
         losses.append(loss.item())
     assert losses[-1] < 0.9 * losses[0]
     assert model[2].weight.dtype == torch.float32  # master weights stay fp32
+
+
+def test_fsdp2_turns_on_the_fp8_all_gather_unless_a_config_is_given():
+    from torchao.float8 import Float8LinearConfig
+
+    precision = build_precision("fp8", "cpu")
+    assert precision.recipe.enable_fsdp_float8_all_gather is False
+    precision.adapt_to_sharding()  # what the FSDP2 strategy calls
+    assert precision.recipe.enable_fsdp_float8_all_gather is True
+    config = Float8LinearConfig()
+    own = build_precision("fp8", "cpu", ao_recipe=AORecipeKwargs(config=config))
+    own.adapt_to_sharding()
+    assert own.recipe.config is config and not config.enable_fsdp_float8_all_gather

@@ -73,8 +73,7 @@ class FSDP2Strategy(Strategy):
 
             plugin = FullyShardedDataParallelPlugin()
         self.plugin = plugin
-        if self.precision.scaler is not None:
-            _shard_scaler(self.precision)
+        _adapt_precision(self.precision)
         plugin.validate_cpu_offload(state.device)
         #: the resolved sizes of the mesh (given, or implied by the plugin's strategy)
         self.parallelism = parallelism if parallelism is not None else self._plugin_sizes()
@@ -248,22 +247,25 @@ class FSDP2Strategy(Strategy):
         return full_tensor() if full_tensor is not None else norm
 
 
-def _shard_scaler(precision: Precision) -> None:
-    """fp16 with FSDP2: every rank sees inf/nan in its own gradient shards only, so the loss
-    scaler must agree over all processes before skipping a step (torch's
-    ``ShardedGradScaler`` all-reduces the finding)."""
-    if is_torch_version("<", "2.5"):
-        raise ConfigurationError(
-            f"mixed_precision={precision.name!r} with FSDP2 needs torch>=2.5, whose GradScaler "
-            f"unscales DTensor gradients; this is torch {torch.__version__}. Upgrade torch, "
-            "or use mixed_precision='bf16' (no loss scaling).")
-    use_sharded = getattr(precision, "use_sharded_scaler", None)
-    if use_sharded is None:
-        raise ConfigurationError(
-            f"mixed_precision={precision.name!r} scales the loss, and its precision class "
-            f"{type(precision).__name__} cannot share its inf/nan check across FSDP2's shards "
-            "(it has no use_sharded_scaler); use mixed_precision='bf16' or 'fp16' with FSDP.")
-    use_sharded()
+def _adapt_precision(precision: Precision) -> None:
+    """Tell the precision its parameters are sharded (:meth:`Precision.adapt_to_sharding`).
+
+    Loss scaling must agree over every process, as each rank sees inf/nan in its own
+    gradient shards only: a scaling precision without that hook is an error, and so is a
+    torch whose GradScaler cannot unscale DTensor gradients (before 2.5)."""
+    if precision.scaler is not None:
+        if is_torch_version("<", "2.5"):
+            raise ConfigurationError(
+                f"mixed_precision={precision.name!r} with FSDP2 needs torch>=2.5, whose "
+                f"GradScaler unscales DTensor gradients; this is torch {torch.__version__}. "
+                "Upgrade torch, or use mixed_precision='bf16' (no loss scaling).")
+        if not precision.overrides("adapt_to_sharding"):
+            raise ConfigurationError(
+                f"mixed_precision={precision.name!r} scales the loss, and its precision class "
+                f"{type(precision).__name__} cannot share its inf/nan check across FSDP2's "
+                "shards (it does not override adapt_to_sharding); use mixed_precision='bf16' "
+                "or 'fp16' with FSDP.")
+    precision.adapt_to_sharding()
 
 
 def plugin_parallelism(plugin: FullyShardedDataParallelPlugin, world: int

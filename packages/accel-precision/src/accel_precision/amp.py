@@ -191,6 +191,9 @@ class FP16Precision(AutocastPrecision):
         sharded.load_state_dict(self.scaler.state_dict())  # the scale reached so far
         self._scaler, self._sharded = sharded, True
 
+    def adapt_to_sharding(self) -> None:
+        self.use_sharded_scaler()
+
     def _quiet(self, function: Callable[..., Any], *args: Any) -> Any:
         """Call ``function``; with the sharded scaler, without torch's per-step warning that
         the one-element inf flag becomes a replicated DTensor (the scaler all-reduces it

@@ -6,6 +6,8 @@ Its fp8 matmuls run on CPU too (emulated), so this path is tested for real witho
 
 from __future__ import annotations
 
+import dataclasses
+
 import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -105,6 +107,12 @@ class TorchAOFP8Precision(BF16Precision):
     @property
     def fp8_backend(self) -> str:
         return "AO"
+
+    def adapt_to_sharding(self) -> None:
+        """FSDP2 all-gathers the fp8 layers' weights in fp8 (half the bytes of bf16), unless
+        the recipe brings its own torchao ``config``, which is used as given."""
+        if self.recipe.config is None:
+            self.recipe = dataclasses.replace(self.recipe, enable_fsdp_float8_all_gather=True)
 
     def convert_module(self, module: torch.nn.Module) -> torch.nn.Module:
         if has_ao_layers(module):

@@ -119,6 +119,11 @@ class Precision:
         return getattr(type(self), hook) is not getattr(Precision, hook)
 
     # -- models ------------------------------------------------------------------------------
+    def adapt_to_sharding(self) -> None:
+        """Called once, before any model is prepared, by a strategy that shards parameters
+        and gradients over the processes (FSDP2): fp16 makes its loss scaler agree across
+        the shards, torchao fp8 all-gathers weights in fp8. A no-op here."""
+
     def convert_module(self, module: torch.nn.Module) -> torch.nn.Module:
         """Change the model itself (swap layers for fp8 ones, cast, ...). Runs once in prepare."""
         return module

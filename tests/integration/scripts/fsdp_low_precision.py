@@ -1,15 +1,18 @@
-"""fp16 with FSDP2 through the unchanged Accelerator, in 2 processes. argv[1]: a scratch dir.
+"""fp16 and fp8 with FSDP2 through the unchanged Accelerator, in 2 processes.
+argv[1]: a scratch directory.
 
 Each rank holds only its shards of the gradients, so an inf in one rank's shard is seen by
 that rank alone: the loss scaler must agree before a step is skipped. Checked here: the
 scaler is shard-aware; an inf put into rank 0's local shard only makes *both* ranks skip
 the step and halve the scale; the forward computes in fp16 over fp32 shards; training then
 lowers the loss with the same result on both ranks; save_state / load_state restores the
-scale.
+scale. Then fp8 (torchao, when installed): the converted layers' weights are sharded as
+torchao's fp8-all-gather tensors, and training lowers the loss identically on both ranks.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 
 import torch
@@ -22,6 +25,34 @@ from torch.distributed.tensor import DTensor
 
 def local_copies(model: nn.Module) -> list[torch.Tensor]:
     return [p.detach().to_local().clone() for p in model.parameters()]
+
+
+def fp8_run() -> None:
+    accelerator = Accelerator(cpu=True, mixed_precision="fp8",
+                              fsdp_plugin=FullyShardedDataParallelPlugin())
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(),
+                          nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 8))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    kinds = [type(module).__name__ for module in model]
+    assert kinds.count("Float8Linear") == 2, kinds  # first and last Linear stay high precision
+    local = model[2].weight.to_local()
+    assert type(local).__name__ == "WeightWithDynamicFloat8CastTensor", type(local)
+    generator = torch.Generator().manual_seed(0)
+    x, y = torch.randn(64, 16, generator=generator), torch.randn(64, 8, generator=generator)
+    losses = []
+    for _ in range(30):
+        loss = nn.functional.mse_loss(model(x), y)
+        accelerator.backward(loss)
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    assert losses[-1] < losses[0] * 0.5, losses
+    gathered = [None, None]
+    dist.all_gather_object(gathered, losses)
+    assert gathered[0] == gathered[1], gathered
+    print(f"FSDP-FP8-OK rank={accelerator.process_index} loss={losses[-1]:.4f}", flush=True)
 
 
 def main() -> None:
@@ -74,6 +105,8 @@ def main() -> None:
     accelerator.load_state(sys.argv[1])
     assert accelerator.scaler.get_scale() == saved_scale, accelerator.scaler.get_scale()
     print(f"FSDP-FP16-OK rank={rank} scale={saved_scale} loss={losses[-1]:.4f}", flush=True)
+    if importlib.util.find_spec("torchao") is not None:
+        fp8_run()
 
 
 if __name__ == "__main__":
