@@ -7,7 +7,6 @@ Its fp8 matmuls run on CPU too (emulated), so this path is tested for real witho
 from __future__ import annotations
 
 import dataclasses
-
 import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
