@@ -64,6 +64,9 @@ def test_named_plugins_are_told_apart_from_a_dict_of_fields():
     assert strategy.plugin is student and student.selected
     teacher.select()
     assert strategy.plugin is teacher and not student.selected
+    accelerator.state.select_deepspeed_plugin("student")  # Accelerate's spelling of the same
+    assert strategy.plugin is student and accelerator.state.deepspeed_plugin is student
+    assert not teacher.selected
     other = Accelerator(cpu=True, deepspeed_plugins={"a": DeepSpeedPlugin()})
     assert list(other.strategy.plugins) == ["a"]
 

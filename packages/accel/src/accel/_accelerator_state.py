@@ -150,9 +150,8 @@ class AcceleratorState:
     def select_deepspeed_plugin(self, name: str | None = None) -> None:
         """Make ``name`` the active DeepSpeed plugin (the one the next ``prepare`` uses)."""
         chosen = self.get_deepspeed_plugin(name) if name is not None else self.deepspeed_plugin
-        for plugin in (self.deepspeed_plugins or {}).values():
-            if hasattr(plugin, "selected"):
-                plugin.selected = plugin is chosen
+        if chosen is not None:
+            chosen.select()  # the plugin knows its family (the Accelerator's named plugins)
 
     @property
     def use_distributed(self) -> bool:
