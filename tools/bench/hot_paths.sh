@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Every row of the hot-path table (docs/performance.md), each a same-run ratio against raw
+# PyTorch, plus Accelerate's column where the benchmark can import it (bench-only: added
+# with `uv run --with accelerate`, never a dependency of the project). ~10 minutes on the
+# 2-core CPU box; run it on an otherwise idle machine. Prints only the report lines.
+#   bash tools/bench/hot_paths.sh [--no-accelerate]
+set -uo pipefail
+cd "$(dirname "$0")"
+RUN=(uv run --with accelerate)
+[ "${1:-}" = "--no-accelerate" ] && RUN=(uv run)
+status=0
+row() { "${RUN[@]}" "$@" 2>&1 | grep -E "ratio|Error|error:" || status=1; }
+
+echo "== training step, 1 process, tiny MLP (w64, batch 8)"
+row python bench_step.py --width 64 --batch-size 8
+echo "== accumulate(4), 1 process, tiny MLP"
+row python bench_step.py --width 64 --batch-size 8 --accumulate 4
+echo "== accumulate(4), 2 processes, MLP w1024 b64"
+row accel launch --cpu --num_processes 2 bench_step.py --accumulate 4 --width 1024 \
+    --batch-size 64 --repeats 11
+echo "== save_model 1 GB in shards: disk (fsync), then tmpfs"
+row python bench_save_model.py --size-mb 1024
+[ -d /dev/shm ] && row python bench_save_model.py --size-mb 1024 --dir /dev/shm
+echo "== save_state / load_state, model + Adam ~1 GB, tmpfs"
+row python bench_checkpoint.py --size-mb 1024 --dir "$( [ -d /dev/shm ] && echo /dev/shm || echo /tmp )"
+echo "== prepared DataLoader, batch 4: 1 process, then 2"
+row python bench_data.py
+row accel launch --cpu --num_processes 2 bench_data.py
+exit $status
