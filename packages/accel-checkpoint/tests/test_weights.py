@@ -59,6 +59,19 @@ def test_shards_and_index_then_stale_shards_removed(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.safetensors", "notes.txt"]
 
 
+def test_a_shard_that_fails_leaves_no_temporary_file_and_the_old_save_intact(tmp_path):
+    model = nn.Sequential(*[nn.Linear(16, 16) for _ in range(3)])
+    save_model_weights(model.state_dict(), tmp_path)
+    before = (tmp_path / "model.safetensors").read_bytes()
+    state = dict(model.state_dict())
+    state["2.weight"] = torch.zeros(16, 16, dtype=torch.complex128)  # safetensors can't store it
+    with pytest.raises(CheckpointError, match="complex128"):
+        save_model_weights(state, tmp_path, max_shard_size="2KB")  # the last shard fails
+    assert not [p.name for p in tmp_path.iterdir() if ".tmp-" in p.name]
+    assert (tmp_path / "model.safetensors").read_bytes() == before
+    assert not (tmp_path / "model.safetensors.index.json").exists()
+
+
 def test_bin_weights_load_with_weights_only(tmp_path):
     model = nn.Linear(3, 3)
     save_model_weights(model.state_dict(), tmp_path, safe_serialization=False)

@@ -115,11 +115,12 @@ def _header(tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None
 
 
 def write_safetensors(path: str | os.PathLike[str], tensors: dict[str, torch.Tensor],
-                      metadata: dict[str, str] | None = None, hashed: bool = True
-                      ) -> FileRecord | None:
+                      metadata: dict[str, str] | None = None, hashed: bool = True,
+                      fsync: bool = True) -> FileRecord | None:
     """Write ``tensors`` as a safetensors file, fsync it, and return its record (size,
     digests). ``hashed=False`` writes without hashing and returns None: for files no
-    manifest lists (``save_model``'s weights), where hashing would be wasted work."""
+    manifest lists (``save_model``'s weights), where hashing would be wasted work.
+    ``fsync=False`` leaves the fsync to the caller (who may overlap it with other writes)."""
     head, order = _header(tensors, metadata)
     hasher = _ChunkHasher() if hashed else None
     with open(path, "wb", buffering=0) as handle:
@@ -131,7 +132,8 @@ def write_safetensors(path: str | os.PathLike[str], tensors: dict[str, torch.Ten
                 written = 0
                 while written < len(piece):
                     written += handle.write(piece[written:])
-        os.fsync(handle.fileno())
+        if fsync:
+            os.fsync(handle.fileno())
     return hasher.record() if hasher is not None else None
 
 

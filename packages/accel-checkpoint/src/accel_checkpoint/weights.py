@@ -14,6 +14,7 @@ import json
 import os
 import re
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,7 @@ from accel_checkpoint.constants import (
 )
 from accel_checkpoint.errors import CheckpointError
 from accel_checkpoint.fileio import write_safetensors
-from accel_checkpoint.hashing import fsync_dir
+from accel_checkpoint.hashing import fsync_dir, fsync_file
 
 __all__ = ["save_model_weights", "load_model_weights", "checkpoint_files",
            "clean_state_dict_for_safetensors", "id_tensor_storage", "convert_file_size_to_int",
@@ -120,11 +121,41 @@ def _atomic_write(target: Path, write: Any) -> None:
             tmp.unlink()
 
 
-def _torch_save_file(obj: Any, path: Path) -> None:
+def _torch_save_file(obj: Any, path: Path, fsync: bool = True) -> None:
     with open(path, "wb") as handle:
         torch.save(obj, handle)
         handle.flush()
-        os.fsync(handle.fileno())
+        if fsync:
+            os.fsync(handle.fileno())
+
+
+def _write_shards(directory: Path, names: list[str], shards: list[dict[str, torch.Tensor]],
+                  safe_serialization: bool) -> list[Path]:
+    """Write each shard to a temporary name, then fsync and rename it into place on a
+    second thread while the next shard is written: the disk flushes one shard while the
+    next is copied into the page cache (one after the other, it would sit idle in between).
+    Every file appears whole or not at all; on an error no temporary file is left."""
+    temporary = [directory / f".{name}.tmp-{os.getpid()}" for name in names]
+    try:
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="accel-fsync") as syncer:
+            flushes = []
+            for tmp, name, shard in zip(temporary, names, shards, strict=True):
+                if safe_serialization:
+                    write_safetensors(tmp, shard, {"format": "pt"}, hashed=False, fsync=False)
+                else:
+                    _torch_save_file(shard, tmp, fsync=False)
+                flushes.append(syncer.submit(_fsync_and_replace, tmp, directory / name))
+            for flush in flushes:
+                flush.result()
+    finally:
+        for tmp in temporary:
+            tmp.unlink(missing_ok=True)
+    return [directory / name for name in names]
+
+
+def _fsync_and_replace(tmp: Path, target: Path) -> None:
+    fsync_file(tmp)
+    os.replace(tmp, target)
 
 
 def save_model_weights(state_dict: dict[str, torch.Tensor], save_directory: str | os.PathLike[str],
@@ -149,14 +180,7 @@ def save_model_weights(state_dict: dict[str, torch.Tensor], save_directory: str 
     names = ([single] if len(shards) == 1 else
              [pattern.format(suffix=f"-{i:05d}-of-{len(shards):05d}")
               for i in range(1, len(shards) + 1)])
-    written = []
-    for name, shard in zip(names, shards):
-        if safe_serialization:
-            _atomic_write(directory / name, lambda p, s=shard: write_safetensors(
-                p, s, {"format": "pt"}, hashed=False))
-        else:
-            _atomic_write(directory / name, lambda p, s=shard: _torch_save_file(s, p))
-        written.append(directory / name)
+    written = _write_shards(directory, names, shards, safe_serialization)
     stem, ext = pattern.split("{suffix}")
     stale = re.compile(re.escape(stem) + r"-\d{5}-of-\d{5}" + re.escape(ext))
     for old in directory.iterdir():
