@@ -232,3 +232,29 @@ def test_fsdp_names_are_at_accelerates_module_paths():
     for name in ("FSDP_SHARDING_STRATEGY", "FSDP_AUTO_WRAP_POLICY", "FSDP_BACKWARD_PREFETCH",
                  "FSDP_STATE_DICT_TYPE", "FSDP2_STATE_DICT_TYPE"):
         assert getattr(accel.utils, name) is getattr(fsdp_plugin, name)
+
+
+def test_constructor_takes_accelerates_parameters_in_accelerates_order():
+    import inspect
+
+    names = [n for n, p in inspect.signature(Accelerator.__init__).parameters.items()
+             if n != "self" and p.kind is not p.VAR_KEYWORD]
+    assert names == [
+        "device_placement", "split_batches", "mixed_precision", "gradient_accumulation_steps",
+        "cpu", "dataloader_config", "deepspeed_plugin", "fsdp_plugin", "torch_tp_plugin",
+        "megatron_lm_plugin", "rng_types", "log_with", "project_dir", "project_config",
+        "gradient_accumulation_plugin", "step_scheduler_with_optimizer", "kwargs_handlers",
+        "dynamo_backend", "dynamo_plugin", "deepspeed_plugins", "parallelism_config"]
+    from accel._data import UNSET
+
+    accelerator = Accelerator(True, UNSET, "no", 2, True)  # positional, as in Accelerate
+    assert accelerator.gradient_accumulation_steps == 2 and accelerator.device.type == "cpu"
+
+
+def test_rng_types_reach_the_prepared_loaders():
+    accelerator = Accelerator(cpu=True, rng_types=["torch", "generator"])
+    assert accelerator.rng_types == ["torch", "generator"]
+    loader = accelerator.prepare(torch.utils.data.DataLoader(list(range(8)), batch_size=2))
+    assert loader.rng_types == ["torch"]  # no generator to synchronise: dropped, as Accelerate
+    assert [b.tolist() for b in loader] == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert Accelerator(cpu=True).rng_types is None

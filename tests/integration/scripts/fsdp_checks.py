@@ -5,7 +5,8 @@ the sharded parameters) and 2 accumulated batches per step, trained by DDP and b
 with FULL_SHARD (auto-wrapped by the model's ``_no_split_modules``), SHARD_GRAD_OP and
 NO_SHARD, with the optimizer built after ``prepare`` and with activation checkpointing:
 the gradient norms and the final weights agree. Then a sharded save_state /
-load_state round trip; weights broadcast from the main process into the shards
+load_state round trip; Accelerate's save/load_fsdp_model/optimizer helpers (full and
+sharded); weights broadcast from the main process into the shards
 (``cpu_ram_efficient_loading``: the other rank builds its model on the meta device); and a
 bf16 run whose parameters are sharded in fp32 and computed in bf16 through FSDP2's policy.
 """
@@ -96,6 +97,45 @@ def compare(name: str, got: dict, expected: dict) -> None:
                                        msg=lambda m, k=key: f"{name} {k}: {m}")
 
 
+def check_fsdp_io(result: dict, scratch: Path) -> None:
+    """Accelerate's save/load_fsdp_model and save/load_fsdp_optimizer (``accel.utils``):
+    FULL (rank 0 writes one file, loading broadcasts it) and SHARDED (every rank its DCP
+    shards) both restore the exact weights and momentum buffers."""
+    from accel.utils import (
+        load_fsdp_model,
+        load_fsdp_optimizer,
+        save_fsdp_model,
+        save_fsdp_optimizer,
+    )
+
+    accelerator, model, optimizer = result["accelerator"], result["model"], result["optimizer"]
+    state = optimizer.optimizer.state
+
+    def snapshot() -> list[torch.Tensor]:
+        return ([v.full_tensor().clone() for v in model.state_dict().values()]
+                + [state[p]["momentum_buffer"].full_tensor().clone() for p in model.parameters()])
+
+    expected = snapshot()
+    for kind, files in (("FULL_STATE_DICT", ["pytorch_model_fsdp.bin", "optimizer.bin"]),
+                        ("SHARDED_STATE_DICT", ["pytorch_model_fsdp_0/.metadata",
+                                                "optimizer_0/.metadata"])):
+        plugin = FullyShardedDataParallelPlugin(state_dict_type=kind)
+        save_fsdp_model(plugin, accelerator, model, scratch / kind)
+        save_fsdp_optimizer(plugin, accelerator, optimizer, model, scratch / kind)
+        accelerator.wait_for_everyone()
+        assert all((scratch / kind / f).is_file() for f in files), (kind, files)
+        with torch.no_grad():
+            for parameter in model.parameters():
+                parameter.add_(1.0)
+                state[parameter]["momentum_buffer"].zero_()
+        load_fsdp_model(plugin, accelerator, model, scratch / kind)
+        load_fsdp_optimizer(plugin, accelerator, optimizer, model, scratch / kind)
+        for got, want in zip(snapshot(), expected, strict=True):
+            assert torch.equal(got, want), kind
+    shards = list((scratch / "SHARDED_STATE_DICT" / "pytorch_model_fsdp_0").glob("*.distcp"))
+    assert len(shards) == accelerator.num_processes, shards  # each rank wrote its own shards
+
+
 def main(scratch: Path) -> None:
     ddp = run(None)
     assert ddp["accelerator"].distributed_type == DistributedType.MULTI_CPU
@@ -127,6 +167,7 @@ def main(scratch: Path) -> None:
     accelerator.load_state(path)
     for key, value in model.state_dict().items():
         assert torch.equal(value.full_tensor(), saved[key]), key
+    check_fsdp_io(full, scratch / "fsdp_io")
     output = fixed_output(model)  # recorded for the resharding runs (fsdp_reshard.py)
     if accelerator.is_main_process:
         torch.save(output, scratch / "fsdp_output.pt")

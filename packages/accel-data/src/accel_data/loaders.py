@@ -211,7 +211,9 @@ class DataLoaderShard(DataLoaderStateMixin, DataLoader):
                                  else draw_seed())
         self.device = torch.device(device) if device is not None else None
         self.non_blocking = bool(non_blocking)
-        self.rng_types = list(rng_types) if rng_types else None
+        # "generator" needs a generator to synchronise; without one it is dropped (Accelerate)
+        self.rng_types = [t for t in rng_types or () if synchronized_generator is not None
+                          or getattr(t, "value", t) != "generator"] or None
         self.synchronized_generator = synchronized_generator
         self.iteration = 0
         self._drop_last_source = self._source_drop_last()

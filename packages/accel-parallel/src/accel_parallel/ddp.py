@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +21,8 @@ if TYPE_CHECKING:
 
     from accel_parallel.selection import StrategyConfig
 
-__all__ = ["DDPStrategy", "DistributedDataParallelKwargs", "DDPCommunicationHookType"]
+__all__ = ["DDPStrategy", "DistributedDataParallelKwargs", "DDPCommunicationHookType",
+           "sync_ddp_in_backward"]
 
 
 class DDPCommunicationHookType(str, enum.Enum):
@@ -149,6 +151,9 @@ class DDPStrategy(Strategy):
             return self.no_sync(model._orig_mod)
         return super().no_sync(model)
 
+    def sync_in_backward(self, model: torch.nn.Module) -> contextlib.AbstractContextManager[None]:
+        return sync_ddp_in_backward(model)
+
     def join(self, joinables: list[Any], *,
              enable: bool) -> contextlib.AbstractContextManager[Any] | None:
         """torch's ``Join`` over the DDP models (and ZeroRedundancyOptimizers) given, seen
@@ -168,3 +173,28 @@ class DDPStrategy(Strategy):
                     "prepared DDP models (and ZeroRedundancyOptimizer optimizers) only.")
             inner.append(obj)
         return Join(inner, enable=enable, throw_on_early_termination=False)
+
+
+@contextlib.contextmanager
+def sync_ddp_in_backward(model: torch.nn.Module) -> Iterator[None]:
+    """Make the next backward of a ``DistributedDataParallel`` model (seen through a compile
+    wrapper) all-reduce its gradients although its forward ran under ``no_sync``.
+
+    DDP decides in forward whether the backward reduces: under ``no_sync`` the forward leaves
+    the reducer unprepared and the sync flags off. Turning the flags on and preparing the
+    reducer (with no outputs to search for unused parameters) arms the backward hooks; the
+    flags are restored afterwards. Any other model: a no-op.
+    """
+    if is_compiled_module(model):
+        model = model._orig_mod
+    if not isinstance(model, torch.nn.parallel.DistributedDataParallel):
+        yield
+        return
+    backward_sync, forward_sync = model.require_backward_grad_sync, model.require_forward_param_sync
+    model.require_backward_grad_sync = model.require_forward_param_sync = True
+    model.reducer.prepare_for_backward([])
+    try:
+        yield
+    finally:
+        model.require_backward_grad_sync = backward_sync
+        model.require_forward_param_sync = forward_sync

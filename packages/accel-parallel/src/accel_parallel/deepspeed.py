@@ -19,7 +19,7 @@ import torch
 from accel_state import ConfigurationError, DistributedType, GradientState
 
 from accel_parallel.deepspeed_config import fill_auto, hidden_size_of
-from accel_parallel.deepspeed_dummies import DummyOptim, DummyScheduler
+from accel_parallel.deepspeed_dummies import DummyOptim, DummyScheduler, EngineScheduler
 from accel_parallel.deepspeed_plugin import DeepSpeedPlugin
 from accel_parallel.deepspeed_runtime import (
     ensure_process_group,
@@ -38,36 +38,6 @@ if TYPE_CHECKING:
 __all__ = ["DeepSpeedStrategy", "EngineScheduler"]
 
 _NO_CONTEXT = contextlib.nullcontext()
-
-
-class EngineScheduler:
-    """A scheduler the DeepSpeed engine steps itself (at each accumulation boundary):
-    ``step`` is a no-op, everything else is the scheduler's."""
-
-    def __init__(self, scheduler: Any, optimizer: Any) -> None:
-        self.scheduler = scheduler
-        self.optimizer = optimizer  # the Accelerator pairs schedulers with optimizers by this
-        self._step_count = 0
-
-    def step(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-    def get_last_lr(self) -> Any:
-        return self.scheduler.get_last_lr()
-
-    def get_lr(self) -> Any:
-        return self.scheduler.get_lr()
-
-    def state_dict(self) -> dict[str, Any]:
-        return self.scheduler.state_dict()
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.scheduler.load_state_dict(state_dict)
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "scheduler":  # not set yet (copy, unpickling): no recursion
-            raise AttributeError(name)
-        return getattr(self.scheduler, name)
 
 
 class DeepSpeedStrategy(Strategy):

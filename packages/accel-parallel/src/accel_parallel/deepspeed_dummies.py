@@ -1,5 +1,7 @@
 """``DummyOptim`` / ``DummyScheduler``: stand-ins for an optimizer and a scheduler that the
-DeepSpeed config defines (its ``optimizer`` / ``scheduler`` sections).
+DeepSpeed config defines (its ``optimizer`` / ``scheduler`` sections); ``EngineScheduler``:
+what ``prepare`` returns for a scheduler the engine steps itself (Accelerate's
+``DeepSpeedSchedulerWrapper``).
 
 Pass them to ``accelerator.prepare`` like real ones; DeepSpeed builds the real objects
 from the config, and their ``"auto"`` parameters are filled from these (``lr``,
@@ -13,7 +15,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["DummyOptim", "DummyScheduler"]
+__all__ = ["DummyOptim", "DummyScheduler", "EngineScheduler"]
 
 
 class DummyOptim(torch.optim.Optimizer):
@@ -74,3 +76,33 @@ class DummyScheduler(torch.optim.lr_scheduler.LRScheduler):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         return None
+
+
+class EngineScheduler:
+    """A scheduler the DeepSpeed engine steps itself (at each accumulation boundary):
+    ``step`` is a no-op, everything else is the scheduler's."""
+
+    def __init__(self, scheduler: Any, optimizer: Any) -> None:
+        self.scheduler = scheduler
+        self.optimizer = optimizer  # the Accelerator pairs schedulers with optimizers by this
+        self._step_count = 0
+
+    def step(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    def get_last_lr(self) -> Any:
+        return self.scheduler.get_last_lr()
+
+    def get_lr(self) -> Any:
+        return self.scheduler.get_lr()
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.scheduler.state_dict()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.scheduler.load_state_dict(state_dict)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "scheduler":  # not set yet (copy, unpickling): no recursion
+            raise AttributeError(name)
+        return getattr(self.scheduler, name)

@@ -80,6 +80,8 @@ class FSDP2Strategy(Strategy):
         self._mesh = self._build_mesh()
         #: the run's one named DeviceMesh (Accelerate's ``torch_device_mesh``)
         self.mesh = self._mesh.mesh
+        #: ids of the models inside :meth:`no_sync` now (for :meth:`sync_in_backward`)
+        self._unsynced: set[int] = set()
 
     # -- selection -----------------------------------------------------------------------------
     @classmethod
@@ -236,8 +238,15 @@ class FSDP2Strategy(Strategy):
     def no_sync(self, model: torch.nn.Module) -> contextlib.AbstractContextManager[None]:
         """Keep gradients unreduced (and unsharded) on accumulation micro-steps."""
         if hasattr(model, "set_requires_gradient_sync"):
-            return _without_gradient_sync(model)
+            return _without_gradient_sync(model, self._unsynced)
         return super().no_sync(model)
+
+    def sync_in_backward(self, model: torch.nn.Module) -> contextlib.AbstractContextManager[None]:
+        """FSDP2 decides at backward time: inside :meth:`no_sync`, the backward run in this
+        block reduce-scatters the gradients accumulated so far (outside it already does)."""
+        if id(model) in self._unsynced:
+            return _with_gradient_sync(model)
+        return super().sync_in_backward(model)
 
     def clip_grad_norm_(self, parameters: Any, max_norm: float,
                         norm_type: float = 2) -> torch.Tensor:
@@ -323,12 +332,24 @@ def _broadcast_from_main(model: torch.nn.Module, full_state: dict) -> None:
 
 
 @contextlib.contextmanager
-def _without_gradient_sync(model: Any) -> Iterator[None]:
+def _without_gradient_sync(model: Any, unsynced: set[int]) -> Iterator[None]:
     model.set_requires_gradient_sync(False)
+    unsynced.add(id(model))
     try:
         yield
     finally:
+        unsynced.discard(id(model))
         model.set_requires_gradient_sync(True)
+
+
+@contextlib.contextmanager
+def _with_gradient_sync(model: Any) -> Iterator[None]:
+    """Inside ``no_sync``: reduce gradients for this block, then defer again."""
+    model.set_requires_gradient_sync(True)
+    try:
+        yield
+    finally:
+        model.set_requires_gradient_sync(False)
 
 
 def _local_world(world: int) -> int:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from accel_state import ConfigurationError
 
+from accel_parallel.ddp import sync_ddp_in_backward
 from accel_parallel.fsdp import FSDP2Strategy, _ensure_process_group, plugin_parallelism
 
 if TYPE_CHECKING:
@@ -207,6 +208,11 @@ class ParallelismStrategy(FSDP2Strategy):
         if isinstance(model, torch.nn.parallel.DistributedDataParallel):
             return model.no_sync()
         return super().no_sync(model)
+
+    def sync_in_backward(self, model: torch.nn.Module) -> contextlib.AbstractContextManager[None]:
+        if isinstance(model, torch.nn.parallel.DistributedDataParallel):
+            return sync_ddp_in_backward(model)
+        return super().sync_in_backward(model)
 
     def clip_grad_norm_(self, parameters: Any, max_norm: float,
                         norm_type: float = 2) -> torch.Tensor:

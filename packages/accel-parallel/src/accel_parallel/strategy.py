@@ -238,6 +238,11 @@ class Strategy:
         """Skip gradient synchronisation inside the block (a no-op without data parallelism)."""
         return _NO_CONTEXT
 
+    def sync_in_backward(self, model: torch.nn.Module) -> contextlib.AbstractContextManager[None]:
+        """``Accelerator.trigger_sync_in_backward``: the backward inside the block reduces
+        gradients although the forward ran under :meth:`no_sync` (a no-op here)."""
+        return _NO_CONTEXT
+
     def context_parallel(self, buffers: Any = None, buffer_seq_dims: Any = None,
                          no_restore_buffers: Any = None) -> contextlib.AbstractContextManager[Any]:
         """``Accelerator.maybe_context_parallel``: shard ``buffers`` along their sequence

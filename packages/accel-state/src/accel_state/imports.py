@@ -12,7 +12,10 @@ import importlib
 import importlib.metadata
 import importlib.util
 import operator
+import sys
+from collections.abc import Callable
 from types import ModuleType
+from typing import Any, TypeVar
 
 from packaging.version import Version
 
@@ -23,7 +26,22 @@ __all__ = ["is_package_available", "package_version", "require", "compare_versio
            "is_npu_available", "is_bf16_available", "is_fp16_available", "is_numpy_available",
            "is_deepspeed_available", "is_torchao_available", "is_transformer_engine_available",
            "is_safetensors_available", "is_wandb_available", "is_tensorboard_available",
-           "is_mlflow_available", "is_rich_available", "is_torchdata_available"]
+           "is_mlflow_available", "is_rich_available", "is_torchdata_available",
+           # the rest of Accelerate's probes (accelerate.utils.imports)
+           "is_mlu_available", "is_musa_available", "is_sdaa_available", "is_hpu_available",
+           "is_habana_gaudi1", "is_neuron_available", "is_torch_xla_available",
+           "is_rocm_available", "is_xccl_available", "is_fp8_available", "is_bnb_available",
+           "is_4bit_bnb_available", "is_8bit_bnb_available",
+           "is_bitsandbytes_multi_backend_available", "is_megatron_lm_available",
+           "is_transformer_engine_mxfp8_available", "is_msamp_available", "is_pippy_available",
+           "is_lomo_available", "is_schedulefree_available", "is_triton_available",
+           "is_transformers_available", "is_datasets_available", "is_peft_available",
+           "is_timm_available", "is_torchvision_available",
+           "is_torchdata_stateful_dataloader_available", "is_pandas_available",
+           "is_matplotlib_available", "is_pytest_available", "is_boto3_available",
+           "is_sagemaker_available", "is_pynvml_available", "is_amdsmi_available",
+           "is_import_timer_available", "is_weights_only_available", "torchao_required",
+           "is_peft_model"]
 
 _OPERATORS = {">": operator.gt, ">=": operator.ge, "==": operator.eq, "!=": operator.ne,
               "<=": operator.le, "<": operator.lt}
@@ -142,3 +160,178 @@ is_tensorboard_available = _dist_probe("tensorboard")
 is_mlflow_available = _dist_probe("mlflow", "mlflow", "mlflow-skinny")
 is_rich_available = _dist_probe("rich")
 is_torchdata_available = _dist_probe("torchdata")
+
+
+# --- the rest of Accelerate's probes. Device probes never initialise CUDA (fork-safety):
+# they read metadata, or ask a vendor extension only when it is installed.
+
+is_msamp_available = _dist_probe("msamp")
+is_megatron_lm_available = _dist_probe("megatron", "megatron-core", "megatron_core")
+is_lomo_available = _dist_probe("lomo_optim", "lomo-optim", "lomo_optim")
+is_schedulefree_available = _dist_probe("schedulefree")
+is_triton_available = _dist_probe("triton")
+is_transformers_available = _dist_probe("transformers", "transformers")
+is_datasets_available = _dist_probe("datasets", "datasets")
+is_peft_available = _dist_probe("peft", "peft")
+is_timm_available = _dist_probe("timm", "timm")
+is_torchvision_available = _dist_probe("torchvision", "torchvision")
+is_pandas_available = _dist_probe("pandas", "pandas")
+is_matplotlib_available = _dist_probe("matplotlib", "matplotlib")
+is_pytest_available = _dist_probe("pytest", "pytest")
+is_boto3_available = _dist_probe("boto3", "boto3")
+is_sagemaker_available = _dist_probe("sagemaker", "sagemaker")
+is_pynvml_available = _dist_probe("pynvml")
+is_amdsmi_available = _dist_probe("amdsmi")
+is_import_timer_available = _dist_probe("import_timer")
+
+
+def _vendor_device(module: str, attr: str, check_device: bool) -> bool:
+    """A vendor's torch extension is installed (and, with ``check_device``, sees a device)."""
+    if not is_package_available(module):
+        return False
+    if not check_device:
+        return True
+    importlib.import_module(module)
+    import torch
+
+    backend = getattr(torch, attr, None)
+    return bool(backend is not None and backend.is_available())
+
+
+def is_mlu_available(check_device: bool = False) -> bool:
+    return _vendor_device("torch_mlu", "mlu", check_device)
+
+
+def is_musa_available(check_device: bool = False) -> bool:
+    return _vendor_device("torch_musa", "musa", check_device)
+
+
+def is_sdaa_available(check_device: bool = False) -> bool:
+    return _vendor_device("torch_sdaa", "sdaa", check_device)
+
+
+def is_hpu_available(init_hccl: bool = False) -> bool:
+    """Intel Gaudi: ``habana_frameworks`` installed (``init_hccl`` also loads its collectives)."""
+    if not is_package_available("habana_frameworks"):
+        return False
+    importlib.import_module("habana_frameworks.torch")
+    if init_hccl:
+        importlib.import_module("habana_frameworks.torch.distributed.hccl")
+    import torch
+
+    return bool(hasattr(torch, "hpu") and torch.hpu.is_available())
+
+
+def is_habana_gaudi1() -> bool:
+    """Whether the Gaudi device is a first-generation one (it lacks some dtypes)."""
+    if not is_hpu_available():
+        return False
+    htexp = importlib.import_module("habana_frameworks.torch.utils.experimental")
+    return bool(htexp._get_device_type() == htexp.synDeviceType.synDeviceGaudi)
+
+
+def is_neuron_available(check_device: bool = False) -> bool:
+    """AWS Trainium/Inferentia: ``torch_neuronx`` installed."""
+    return _vendor_device("torch_neuronx", "neuron", check_device)
+
+
+def is_torch_xla_available(check_is_tpu: bool = False, check_is_gpu: bool = False) -> bool:
+    """torch_xla installed; with a check, its runtime also reports that device type."""
+    if not is_package_available("torch_xla"):
+        return False
+    if not (check_is_tpu or check_is_gpu):
+        return True
+    runtime = importlib.import_module("torch_xla.runtime")
+    kind = runtime.device_type()
+    return (check_is_tpu and kind == "TPU") or (check_is_gpu and kind in ("GPU", "CUDA"))
+
+
+def is_rocm_available() -> bool:
+    """A ROCm (HIP) build of torch: its build flag, no device query."""
+    import torch
+
+    return getattr(torch.version, "hip", None) is not None
+
+
+def is_xccl_available() -> bool:
+    """torch's XCCL backend (Intel GPUs) is built in."""
+    import torch.distributed as dist
+
+    check = getattr(dist, "is_xccl_available", None)
+    return bool(dist.is_available() and check is not None and check())
+
+
+def is_fp8_available() -> bool:
+    """One of the fp8 backends (Transformer Engine, MS-AMP, torchao) is installed."""
+    return is_transformer_engine_available() or is_msamp_available() or is_torchao_available()
+
+
+def is_transformer_engine_mxfp8_available() -> bool:
+    """Transformer Engine is installed and says this GPU runs MXFP8 block scaling."""
+    if not is_transformer_engine_available():
+        return False
+    fp8 = importlib.import_module("transformer_engine.pytorch.fp8")
+    return bool(fp8.check_mxfp8_support()[0])
+
+
+def is_bnb_available(min_version: str | None = None) -> bool:
+    """bitsandbytes installed (and at least ``min_version`` when given)."""
+    version = package_version("bitsandbytes")
+    if version is None or not is_package_available("bitsandbytes"):
+        return False
+    return min_version is None or compare_versions(version, ">=", min_version)
+
+
+def is_4bit_bnb_available() -> bool:
+    return is_bnb_available("0.39.0")
+
+
+def is_8bit_bnb_available() -> bool:
+    return is_bnb_available("0.37.2")
+
+
+def is_bitsandbytes_multi_backend_available() -> bool:
+    """bitsandbytes built with its multi-backend (non-CUDA) support."""
+    if not is_bnb_available():
+        return False
+    bnb = importlib.import_module("bitsandbytes")
+    return "multi_backend" in getattr(bnb, "features", set())
+
+
+def is_pippy_available() -> bool:
+    """Pipeline inference uses ``torch.distributed.pipelining`` (torch >= 2.4)."""
+    return is_torch_version(">=", "2.4.0")
+
+
+def is_weights_only_available() -> bool:
+    """``torch.load(weights_only=True)`` with allow-listed globals (torch >= 2.4)."""
+    return is_torch_version(">=", "2.4.0")
+
+
+def is_torchdata_stateful_dataloader_available() -> bool:
+    """torchdata's ``StatefulDataLoader`` (torchdata >= 0.8.0)."""
+    version = package_version("torchdata")
+    return version is not None and compare_versions(version, ">=", "0.8.0")
+
+
+def is_peft_model(model: Any) -> bool:
+    """Whether ``model`` is a peft ``PeftModel``. Never imports peft: a model cannot be one
+    unless peft was imported already, so an unimported peft answers False at no cost."""
+    peft = sys.modules.get("peft")
+    peft_model = getattr(peft, "PeftModel", None)
+    return isinstance(peft_model, type) and isinstance(model, peft_model)
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def torchao_required(func: _F) -> _F:
+    """Decorator: calling ``func`` without torchao installed raises MissingDependencyError
+    with the install line, instead of failing somewhere inside it."""
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if not is_torchao_available():
+            raise MissingDependencyError("torchao", extra="torchao", feature=func.__name__)
+        return func(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]

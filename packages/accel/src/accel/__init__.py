@@ -18,6 +18,7 @@ _EXPORTS = {
     "DistributedType": "accel_state",
     "InitProcessGroupKwargs": "accel_state",
     "synchronize_rng_states": "accel_state",
+    "is_rich_available": "accel_state.imports",
     "find_executable_batch_size": "accel_state.memory",
     "DistributedDataParallelKwargs": "accel_parallel",
     "DDPCommunicationHookType": "accel_parallel",
@@ -26,6 +27,7 @@ _EXPORTS = {
     "ParallelismConfig": "accel_parallel",
     "AutocastKwargs": "accel_precision",
     "GradScalerKwargs": "accel_precision",
+    "ProfileKwargs": "accel._profiling",
     # accel-data
     "DataLoaderConfiguration": "accel_data",
     "skip_first_batches": "accel_data",
@@ -73,6 +75,7 @@ if TYPE_CHECKING:
     from accel_data import DataLoaderConfiguration, skip_first_batches
     from accel_precision import AutocastKwargs, GradScalerKwargs
     from accel_state.memory import find_executable_batch_size
+    from accel_state.imports import is_rich_available
     from accel_state import (
         DistributedType,
         InitProcessGroupKwargs,
@@ -80,12 +83,25 @@ if TYPE_CHECKING:
         synchronize_rng_states,
     )
 
+    from accel._profiling import ProfileKwargs
     from accel.accelerator import Accelerator
+
+
+# Accelerate's module paths: after a bare ``import accel``, ``accel.utils.gather`` and
+# ``accel.state.AcceleratorState`` resolve as after ``import accelerate``, but each submodule
+# is imported only when first touched.
+_SUBMODULES = frozenset({
+    "accelerator", "big_modeling", "checkpointing", "commands", "data_loader", "hooks",
+    "inference", "launchers", "local_sgd", "logging", "memory_utils", "optimizer",
+    "parallelism_config", "scheduler", "state", "test_utils", "tracking", "utils",
+})
 
 
 def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
+        if name in _SUBMODULES:  # the import binds accel.<name>; nothing to cache here
+            return importlib.import_module(f"accel.{name}")
         raise AttributeError(f"module 'accel' has no attribute {name!r}")
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value  # cache: the next lookup is a plain module attribute
@@ -93,4 +109,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(__all__)
+    return sorted({*__all__, *_SUBMODULES})

@@ -96,6 +96,7 @@ class DataMixin:
                         num_processes=strategy.dp_size, process_index=strategy.dp_rank,
                         group=strategy.dp_group,
                         put_on_device=placement, slice_fn_for_dispatch=slice_fn_for_dispatch,
+                        rng_types=self.rng_types,  # type: ignore[attr-defined]
                         **self._dataloader_config.to_kwargs())
 
     def gather_for_metrics(self, input_data: Any, use_gather_object: bool = False) -> Any:

@@ -20,6 +20,12 @@ __all__ = ["ProcessMixin"]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
+#: the distributed types of data parallelism over several accelerators of one kind
+_MULTI_DEVICE_TYPES = frozenset({
+    DistributedType.MULTI_GPU, DistributedType.MULTI_MLU, DistributedType.MULTI_SDAA,
+    DistributedType.MULTI_MUSA, DistributedType.MULTI_NPU, DistributedType.MULTI_XPU,
+    DistributedType.MULTI_HPU, DistributedType.MULTI_NEURON})
+
 
 class ProcessMixin:
     """Process views and collectives of ``Accelerator`` (expects ``state``, ``_strategy``)."""
@@ -64,6 +70,13 @@ class ProcessMixin:
     @property
     def use_distributed(self) -> bool:
         return self.state.use_distributed
+
+    @property
+    def multi_device(self) -> bool:
+        """Whether the run is distributed over several accelerators of one kind (GPUs, XPUs,
+        NPUs, ...) with plain data parallelism — Accelerate's meaning: False for CPU
+        processes (``MULTI_CPU``) and for FSDP / DeepSpeed runs, which have their own type."""
+        return self.use_distributed and self.distributed_type in _MULTI_DEVICE_TYPES
 
     # -- collectives -------------------------------------------------------------------------
     def gather(self, tensor: Any) -> Any:

@@ -7,7 +7,9 @@ backend.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import difflib
+import inspect
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,9 +41,48 @@ from accel_state import (
 
 from accel._deepspeed import resolve_deepspeed
 from accel._parallelism import resolve_parallelism_plugins
+from accel._profiling import ProfileKwargs
 
 __all__ = ["Handlers", "collect_handlers", "resolve_precision", "resolve_accumulation",
-           "resolve_plugins", "resolve_dynamo", "resolve_strategy"]
+           "resolve_plugins", "resolve_dynamo", "resolve_strategy", "reject_unknown_arguments",
+           "refuse_megatron"]
+
+#: arguments Accelerate took (or takes) that accel receives another way
+_MOVED_ARGUMENTS = {
+    "dispatch_batches": "dataloader_config=DataLoaderConfiguration(dispatch_batches=...)",
+    "even_batches": "dataloader_config=DataLoaderConfiguration(even_batches=...)",
+    "use_seedable_sampler": "dataloader_config=DataLoaderConfiguration(use_seedable_sampler=...)",
+}
+
+
+def refuse_megatron(plugin: Any) -> None:
+    """Accelerate's ``megatron_lm_plugin``: accepted as None (its default), refused otherwise."""
+    if plugin is not None:
+        raise ConfigurationError(
+            f"Accelerator(megatron_lm_plugin={plugin!r}) is not supported: accel runs tensor "
+            "and pipeline parallelism with torch's own, on one mesh; pass "
+            "parallelism_config=ParallelismConfig(tp_size=..., ...) instead.")
+
+
+def reject_unknown_arguments(unknown: dict[str, Any], init: Callable[..., Any]) -> None:
+    """A ``TypeError`` for keyword arguments ``Accelerator(...)`` does not take, naming the
+    closest valid one (``mixed_precison=`` -> ``mixed_precision``) or where it moved."""
+    if not unknown:
+        return
+    valid = [name for name, p in inspect.signature(init).parameters.items()
+             if name != "self" and p.kind is not p.VAR_KEYWORD]
+    problems = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, valid, n=1, cutoff=0.6)
+        if name in _MOVED_ARGUMENTS:
+            problems.append(f"{name!r} (pass {_MOVED_ARGUMENTS[name]})")
+        elif close:
+            problems.append(f"{name!r} (did you mean {close[0]!r}?)")
+        else:
+            problems.append(f"{name!r}")
+    plural = "s" if len(problems) > 1 else ""
+    raise TypeError(f"Accelerator() got unexpected keyword argument{plural} "
+                    f"{', '.join(problems)}; its arguments are: {', '.join(valid)}.")
 
 
 @dataclass
@@ -55,12 +96,15 @@ class Handlers:
     grad_scaler: GradScalerKwargs | None = None
     ao_recipe: AORecipeKwargs | None = None
     te_recipe: TERecipeKwargs | None = None  # FP8RecipeKwargs (deprecated) lands here too
+    # -- Accelerator.profile() --
+    profile: ProfileKwargs | None = None
 
 
 _HANDLER_SLOTS = {InitProcessGroupKwargs: "init_process_group",
                   DistributedDataParallelKwargs: "ddp",
                   AutocastKwargs: "autocast", GradScalerKwargs: "grad_scaler",
-                  AORecipeKwargs: "ao_recipe", TERecipeKwargs: "te_recipe"}
+                  AORecipeKwargs: "ao_recipe", TERecipeKwargs: "te_recipe",
+                  ProfileKwargs: "profile"}
 
 
 def collect_handlers(kwargs_handlers: Iterable[Any] | None) -> Handlers:

@@ -28,17 +28,24 @@ from accel import checkpointing as _ckpt
 from accel._accelerator_state import AcceleratorState
 from accel._data import UNSET as _UNSET
 from accel._data import DataMixin, resolve_dataloader_config
+from accel._device_map import DeviceMapMixin, refuse_dispatched_models
+from accel._handlers import HandlersMixin
+from accel._lomo import LomoMixin
 from accel._parallelism import ParallelismMixin
 from accel._precision import PrecisionMixin
 from accel._preemption import PreemptionMixin
 from accel._process import ProcessMixin
+from accel._profiling import ProfilingMixin
 from accel._resolve import (
+    refuse_megatron,
     collect_handlers,
+    reject_unknown_arguments,
     resolve_accumulation,
     resolve_plugins,
     resolve_precision,
     resolve_strategy,
 )
+from accel._triggers import TriggerMixin
 from accel.optimizer import AcceleratedOptimizer
 from accel.scheduler import AcceleratedScheduler
 
@@ -47,13 +54,15 @@ __all__ = ["Accelerator"]
 
 
 class Accelerator(ProcessMixin, PrecisionMixin, DataMixin, _ckpt.CheckpointingMixin,
-                  _tracking.TrackingMixin, ParallelismMixin, PreemptionMixin):
+                  _tracking.TrackingMixin, ParallelismMixin, PreemptionMixin,
+                  HandlersMixin, TriggerMixin, ProfilingMixin, DeviceMapMixin, LomoMixin):
     """Prepare a model, optimizer, dataloader and scheduler for the current launch setting.
 
     Args:
         device_placement: move prepared models and batches to :attr:`device`.
         cpu: run on the CPU even when an accelerator is present (gloo backend).
-        kwargs_handlers: ``InitProcessGroupKwargs`` / ``DistributedDataParallelKwargs``.
+        kwargs_handlers: ``InitProcessGroupKwargs`` / ``DistributedDataParallelKwargs`` /
+            ``ProfileKwargs`` / ..., one of each (read back as ``ddp_handler``, ...).
         step_scheduler_with_optimizer: step prepared schedulers only when the optimizer steps.
         gradient_accumulation_steps: batches per optimizer step inside :meth:`accumulate`
             (or a ``GradientAccumulationPlugin`` for the finer options).
@@ -68,19 +77,23 @@ class Accelerator(ProcessMixin, PrecisionMixin, DataMixin, _ckpt.CheckpointingMi
             Precision API: ``accel/_precision.py``.
     """
 
-    def __init__(self, device_placement: bool = True, cpu: bool = False,
-                 kwargs_handlers: list[Any] | None = None,
-                 step_scheduler_with_optimizer: bool = True,
-                 gradient_accumulation_steps: int = 1,
-                 gradient_accumulation_plugin: GradientAccumulationPlugin | None = None,
-                 log_with: Any = None,
-                 mixed_precision: Any = None,
-                 split_batches: Any = _UNSET, dataloader_config: Any = None,
+    def __init__(self, device_placement: bool = True, split_batches: Any = _UNSET,
+                 mixed_precision: Any = None, gradient_accumulation_steps: int = 1,
+                 cpu: bool = False, dataloader_config: Any = None,
+                 deepspeed_plugin: Any = None, fsdp_plugin: Any = None,
+                 torch_tp_plugin: Any = None, megatron_lm_plugin: Any = None,
+                 rng_types: list[Any] | None = None, log_with: Any = None,
                  project_dir: Any = None, project_config: Any = None,
-                 fsdp_plugin: Any = None, dynamo_backend: Any = None,
-                 dynamo_plugin: Any = None, deepspeed_plugin: Any = None,
-                 deepspeed_plugins: Any = None, parallelism_config: Any = None,
-                 torch_tp_plugin: Any = None) -> None:
+                 gradient_accumulation_plugin: GradientAccumulationPlugin | None = None,
+                 step_scheduler_with_optimizer: bool = True,
+                 kwargs_handlers: list[Any] | None = None, dynamo_backend: Any = None,
+                 dynamo_plugin: Any = None, deepspeed_plugins: Any = None,
+                 parallelism_config: Any = None, **kwargs: Any) -> None:
+        # Accelerate's parameters in Accelerate's order (positional calls mean the same)
+        reject_unknown_arguments(kwargs, Accelerator.__init__)  # names the closest valid one
+        refuse_megatron(megatron_lm_plugin)
+        #: RNGs synchronised from the main process at each epoch of the prepared loaders
+        self.rng_types = list(rng_types) if rng_types is not None else None
         # data options (accel/_data.py): dataloader_config, deprecated split_batches=
         self._dataloader_config = resolve_dataloader_config(split_batches, dataloader_config)
         self._handlers = collect_handlers(kwargs_handlers)
@@ -172,6 +185,7 @@ class Accelerator(ProcessMixin, PrecisionMixin, DataMixin, _ckpt.CheckpointingMi
         request = PrepareRequest(**{kind: [objects[i] for i in kinds[kind]] for kind in _KINDS},
                                  device_placement=[placement[i] for i in kinds["models"]],
                                  evaluation_mode=evaluation_mode)
+        refuse_dispatched_models(self, request.models)  # device_map="auto" + distributed
         prepared = self._strategy.prepare(request)
         _check_prepared(self._strategy, request, prepared)
         result = list(objects)
@@ -236,6 +250,8 @@ class Accelerator(ProcessMixin, PrecisionMixin, DataMixin, _ckpt.CheckpointingMi
         With gradient accumulation the loss is divided by the number of accumulated batches,
         so the summed gradients are the mean over the large batch.
         """
+        if kwargs.get("learning_rate") is not None and self.has_lomo_optimizer:
+            return self.lomo_backward(loss, kwargs["learning_rate"])  # accel/_lomo.py
         self._strategy.backward(loss, accumulation_steps=self.gradient_state.num_steps,
                                 **kwargs)
 

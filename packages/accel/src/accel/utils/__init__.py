@@ -63,7 +63,6 @@ from accel_state.imports import *  # noqa: F403
 from accel_state.imports import __all__ as _imports_all
 from accel_state.operations import *  # noqa: F403
 from accel_state.operations import __all__ as _operations_all
-from accel_tracking import tqdm
 from accel_tracking.probes import *  # noqa: F403
 from accel_tracking.probes import __all__ as _tracking_probes_all
 
@@ -81,6 +80,11 @@ from accel.utils.other import *  # noqa: F403
 from accel.utils.other import __all__ as _other_all
 from accel.utils.launch import *  # noqa: F403
 from accel.utils.launch import __all__ as _launch_all
+from accel.utils.fsdp_utils import *  # noqa: F403
+from accel.utils.fsdp_utils import __all__ as _fsdp_utils_all
+from accel.utils.imports import deepspeed_required
+# imports the submodule first, then binds the name to the function (as Accelerate does)
+from accel.utils.tqdm import tqdm
 
 _checkpoint_all = [
     "FSDP_MODEL_NAME", "MODEL_NAME", "OPTIMIZER_NAME", "PROFILE_PATTERN_NAME", "RNG_STATE_NAME",
@@ -98,6 +102,7 @@ __all__ = sorted({
     *_deepspeed_all,
     *_state_all, *_imports_all, *_operations_all, *_environment_all, *_dataclasses_all,
     *_tracking_probes_all, *_checkpoint_all, *_precision_all, *_other_all, *_memory_all, *_launch_all, "tqdm",
+    *_fsdp_utils_all, "deepspeed_required",
     "extract_model_from_parallel", "FSDP_SHARDING_STRATEGY", "FSDP_AUTO_WRAP_POLICY",
     "FSDP_BACKWARD_PREFETCH", "FSDP_STATE_DICT_TYPE", "FSDP2_STATE_DICT_TYPE",
 })

@@ -37,6 +37,8 @@ from accel_state.operations import TensorInformation
 from accel_state.random import RNGType
 from accel_tracking import LoggerType
 
+from accel._profiling import ProfileKwargs
+
 __all__ = ["AORecipeKwargs", "AutocastKwargs", "BaseEnum", "ComputeEnvironment",
            "DDPCommunicationHookType", "DataLoaderConfiguration", "DistributedDataParallelKwargs",
            "DistributedType", "DynamoBackend", "EnumWithContains", "FP8BackendType", "FP8RecipeKwargs",
@@ -44,6 +46,7 @@ __all__ = ["AORecipeKwargs", "AutocastKwargs", "BaseEnum", "ComputeEnvironment",
            "FullyShardedDataParallelPlugin", "ParallelismConfig", "TorchContextParallelConfig",
            "TorchTensorParallelConfig", "TorchTensorParallelPlugin",
            "GradScalerKwargs", "GradientAccumulationPlugin", "InitProcessGroupKwargs",
-           "KwargsHandler", "LoggerType", "PrecisionType", "ProjectConfiguration", "RNGType",
+           "KwargsHandler", "LoggerType", "PrecisionType", "ProfileKwargs",
+           "ProjectConfiguration", "RNGType",
            "SageMakerDistributedType", "TERecipeKwargs", "TensorInformation",
            "TorchDynamoPlugin"]

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+# Accelerate's name for the scheduler the DeepSpeed engine steps itself (its step is a no-op);
+# transformers' Trainer imports it when DeepSpeed is installed
 from accel_parallel.deepspeed_dummies import DummyOptim, DummyScheduler
+from accel_parallel.deepspeed_dummies import EngineScheduler as DeepSpeedSchedulerWrapper
 from accel_parallel.deepspeed_json import HfDeepSpeedConfig
 from accel_parallel.deepspeed_plugin import DeepSpeedPlugin
 
-__all__ = ["DeepSpeedPlugin", "DummyOptim", "DummyScheduler", "HfDeepSpeedConfig"]
+__all__ = ["DeepSpeedPlugin", "DeepSpeedSchedulerWrapper", "DummyOptim", "DummyScheduler",
+           "HfDeepSpeedConfig"]

@@ -1,4 +1,5 @@
-"""Accelerate's ``accelerate.utils.other`` path: model helpers (unwrapping, torch.compile)."""
+"""Accelerate's ``accelerate.utils.other`` path: model helpers (unwrapping, torch.compile,
+``is_peft_model``)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from accel_parallel import (
     is_compiled_module,
     recursive_getattr,
 )
+from accel_state.imports import is_peft_model
 
 __all__ = ["clean_state_dict_for_safetensors", "compile_regions", "extract_model_from_parallel",
            "get_module_children_bottom_up", "has_compiled_regions", "is_compiled_module",
-           "recursive_getattr", "save"]
+           "is_peft_model", "recursive_getattr", "save"]

@@ -1,4 +1,6 @@
-"""Accelerate's ``accelerate.commands.config`` path: the objects of accel-launch's config verb."""
+"""Accelerate's ``accelerate.commands.config`` path (a package, as in Accelerate): the objects
+of accel-launch's config verb; ``.config_args``, ``.default`` and ``.update`` hold the finer
+paths."""
 
 from __future__ import annotations
 

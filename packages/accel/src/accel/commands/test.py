@@ -1,0 +1,10 @@
+"""Accelerate's ``accelerate.commands.test`` path: accel-launch's ``accel test`` verb
+(``test_command(args)`` runs the bundled check script, as Accelerate's does)."""
+
+from __future__ import annotations
+
+from accel_launch.selftest import register as test_command_register
+from accel_launch.selftest import run_selftest as test_command
+from accel_launch.selftest import test_script_path
+
+__all__ = ["test_command", "test_command_register", "test_script_path"]

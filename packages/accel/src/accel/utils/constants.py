@@ -1,0 +1,36 @@
+"""Accelerate's ``accelerate.utils.constants`` path: accel-checkpoint's on-disk names and
+accel-parallel's FSDP option names."""
+
+from __future__ import annotations
+
+from accel_checkpoint.constants import (
+    FSDP_MODEL_NAME,
+    MODEL_NAME,
+    OPTIMIZER_NAME,
+    PROFILE_PATTERN_NAME,
+    RNG_STATE_NAME,
+    SAFE_MODEL_NAME,
+    SAFE_WEIGHTS_INDEX_NAME,
+    SAFE_WEIGHTS_NAME,
+    SAFE_WEIGHTS_PATTERN_NAME,
+    SAMPLER_NAME,
+    SCALER_NAME,
+    SCHEDULER_NAME,
+    WEIGHTS_INDEX_NAME,
+    WEIGHTS_NAME,
+    WEIGHTS_PATTERN_NAME,
+)
+from accel_parallel.fsdp_plugin import (
+    FSDP2_STATE_DICT_TYPE,
+    FSDP_AUTO_WRAP_POLICY,
+    FSDP_BACKWARD_PREFETCH,
+    FSDP_SHARDING_STRATEGY,
+    FSDP_STATE_DICT_TYPE,
+)
+
+__all__ = ["FSDP2_STATE_DICT_TYPE", "FSDP_AUTO_WRAP_POLICY", "FSDP_BACKWARD_PREFETCH",
+           "FSDP_MODEL_NAME", "FSDP_SHARDING_STRATEGY", "FSDP_STATE_DICT_TYPE", "MODEL_NAME",
+           "OPTIMIZER_NAME", "PROFILE_PATTERN_NAME", "RNG_STATE_NAME", "SAFE_MODEL_NAME",
+           "SAFE_WEIGHTS_INDEX_NAME", "SAFE_WEIGHTS_NAME", "SAFE_WEIGHTS_PATTERN_NAME",
+           "SAMPLER_NAME", "SCALER_NAME", "SCHEDULER_NAME", "WEIGHTS_INDEX_NAME", "WEIGHTS_NAME",
+           "WEIGHTS_PATTERN_NAME"]

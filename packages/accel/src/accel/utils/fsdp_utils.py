@@ -1,0 +1,24 @@
+"""Accelerate's ``accelerate.utils.fsdp_utils`` path: FSDP checkpoint helpers of
+accel-checkpoint (``save_fsdp_model`` & co., ``merge_fsdp_weights``) and the FSDP option
+names of accel-parallel."""
+
+from __future__ import annotations
+
+from accel_checkpoint.fsdp_io import (
+    load_fsdp_model,
+    load_fsdp_optimizer,
+    save_fsdp_model,
+    save_fsdp_optimizer,
+)
+from accel_checkpoint.merge import merge_fsdp_weights
+from accel_parallel.fsdp_plugin import (
+    FSDP2_STATE_DICT_TYPE,
+    FSDP_AUTO_WRAP_POLICY,
+    FSDP_BACKWARD_PREFETCH,
+    FSDP_SHARDING_STRATEGY,
+    FSDP_STATE_DICT_TYPE,
+)
+
+__all__ = ["FSDP2_STATE_DICT_TYPE", "FSDP_AUTO_WRAP_POLICY", "FSDP_BACKWARD_PREFETCH",
+           "FSDP_SHARDING_STRATEGY", "FSDP_STATE_DICT_TYPE", "load_fsdp_model",
+           "load_fsdp_optimizer", "merge_fsdp_weights", "save_fsdp_model", "save_fsdp_optimizer"]
