@@ -37,8 +37,8 @@ from accel._preemption import PreemptionMixin
 from accel._process import ProcessMixin
 from accel._profiling import ProfilingMixin
 from accel._resolve import (
-    refuse_megatron,
     collect_handlers,
+    refuse_megatron,
     reject_unknown_arguments,
     resolve_accumulation,
     resolve_plugins,
