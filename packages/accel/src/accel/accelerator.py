@@ -15,13 +15,13 @@ from typing import Any
 
 import torch
 from accel_parallel import PrepareRequest, Strategy
-from accel_state.memory import release_memory
 from accel_state import (
     DistributedType,
     GradientAccumulationPlugin,
     GradientState,
     PartialState,
 )
+from accel_state.memory import release_memory
 
 from accel import _tracking
 from accel import checkpointing as _ckpt
