@@ -29,9 +29,38 @@ def explain(proc: subprocess.CompletedProcess[str], tail: int | None = None) -> 
     return f"exit {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{stderr}"
 
 
-@pytest.fixture
+def run_script_here(script: Path, *argv: str) -> None:
+    """Run ``script`` as ``__main__`` in the test's own process, as ``python script ARGV``
+    would in a one-process launch: the same Accelerator code path without starting the launcher and
+    a worker (two interpreters that import torch). Its folder is importable meanwhile; the
+    global RNG states it seeds are restored and a process group it leaves is destroyed."""
+    import random
+    import runpy
+
+    import torch
+    import torch.distributed as dist
+
+    saved_argv, saved_path = sys.argv, list(sys.path)
+    saved_rng = random.getstate(), torch.random.get_rng_state()
+    sys.argv, sys.path[:0] = [str(script), *argv], [str(script.parent)]
+    try:
+        runpy.run_path(str(script), run_name="__main__")
+    finally:
+        sys.argv, sys.path[:] = saved_argv, saved_path
+        random.setstate(saved_rng[0])
+        torch.random.set_rng_state(saved_rng[1])
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+@pytest.fixture(scope="session")
 def launch():
     return accel_launch
+
+
+@pytest.fixture
+def run_here():
+    return run_script_here
 
 
 @pytest.fixture(name="explain")
@@ -39,7 +68,7 @@ def explain_fixture():
     return explain
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def scripts() -> Path:
     return SCRIPTS
 

@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -19,13 +20,16 @@ import pytest
 
 pytestmark = pytest.mark.multiprocess
 
+SCRIPTS = Path(__file__).parent / "scripts"
 
 
-def test_exact_resume_in_one_process(explain, launch, scripts, tmp_path):
-    proc = launch("--cpu", "--num_processes", "1", str(scripts / "checkpoint_resume.py"),
-                  str(tmp_path))
-    assert proc.returncode == 0, explain(proc)
-    assert "RESUME rank=0 exact=True" in proc.stdout, explain(proc)
+
+def test_exact_resume_in_one_process(run_here, scripts, tmp_path, capsys):
+    # one process: the script runs here (a one-process launch would only add the launcher
+    # and a worker interpreter; the 2-process test below goes through `accel launch`)
+    run_here(scripts / "checkpoint_resume.py", str(tmp_path))
+    out = capsys.readouterr().out
+    assert "RESUME rank=0 exact=True" in out, out
     # total_limit=2: checkpoint_0 rotated away once checkpoint_2 was committed; a restarted
     # job's load_state() continued the numbering (no "already exists" error).
     assert json.loads((tmp_path / "result.json").read_text())["checkpoints"] == [
@@ -107,13 +111,19 @@ def _run(script: Path, work: Path, **env: str) -> subprocess.CompletedProcess[st
                           capture_output=True, text=True, timeout=120)
 
 
-def _kill_when(script: Path, work: Path, ready) -> None:
-    """Start a save with pauses between files; SIGKILL it once ``ready(staging)`` holds."""
-    old = set((work / "checkpoints").glob("checkpoint_1.tmp-*"))
-    proc = subprocess.Popen([sys.executable, str(script), str(work)],
+def _start_gated(script: Path, work: Path, gate: Path) -> subprocess.Popen[bytes]:
+    """A run that loads, trains, then waits for ``gate`` before its save (with pauses between
+    files): several start together and overlap their imports, each saves when let."""
+    return subprocess.Popen([sys.executable, str(script), str(work), "--gate", str(gate)],
                             env=_env(ACCEL_CHECKPOINT_TEST_DELAY="0.4"),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 90
+
+
+def _kill_when(proc: subprocess.Popen[bytes], gate: Path, work: Path, ready) -> None:
+    """Let ``proc`` save; SIGKILL it once ``ready(staging)`` holds."""
+    old = set((work / "checkpoints").glob("checkpoint_1.tmp-*"))
+    gate.touch()
+    deadline = time.monotonic() + 240
     try:
         while time.monotonic() < deadline:
             staging = [p for p in (work / "checkpoints").glob("checkpoint_1.tmp-*")
@@ -130,42 +140,69 @@ def _kill_when(script: Path, work: Path, ready) -> None:
         proc.wait()
 
 
+@pytest.fixture(scope="module")
+def first_save(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One run of checkpoint_crash.py (its checkpoint_0), made once for the tests below, which
+    each start from a copy (the run is the same for both: one interpreter less)."""
+    work = tmp_path_factory.mktemp("first_save")
+    first = _run(SCRIPTS / "checkpoint_crash.py", work)
+    assert first.returncode == 0 and "SAVED" in first.stdout, (
+        f"exit {first.returncode}\n--- stdout\n{first.stdout}\n--- stderr\n{first.stderr}")
+    return work
+
+
+def _copy_of(first_save: Path, tmp_path: Path) -> Path:
+    work = tmp_path / "work"
+    shutil.copytree(first_save, work)
+    return work
+
+
 def test_sigkill_during_save_keeps_previous_checkpoint_and_refuses_partial(explain, scripts,
-                                                                           tmp_path):
+                                                                           first_save, tmp_path,
+                                                                           capsys):
+    from accel_launch.cli import main
+
     script = scripts / "checkpoint_crash.py"
-    first = _run(script, tmp_path)
-    assert first.returncode == 0 and "SAVED" in first.stdout, explain(first)
+    tmp_path = _copy_of(first_save, tmp_path)
     before = _tree(tmp_path)
     kill_points = [
         lambda s: any(s.iterdir()),  # while the first (largest) file is being written
         lambda s: (s / "optimizer.safetensors").exists(),  # between files
         lambda s: (s / "manifest.json").exists(),  # manifest written, rename not done
     ]
-    for ready in kill_points:
-        _kill_when(script, tmp_path, ready)
-        after = _tree(tmp_path)
-        assert {k: after.get(k) for k in before} == before  # nothing earlier changed
-        assert not (tmp_path / "checkpoints" / "checkpoint_1").exists()
+    gates = [tmp_path.parent / f"gate{i}" for i in range(len(kill_points))]
+    runs = [_start_gated(script, tmp_path, gate) for gate in gates]
+    try:
+        for run, gate, ready in zip(runs, gates, kill_points, strict=True):
+            _kill_when(run, gate, tmp_path, ready)
+            after = _tree(tmp_path)
+            assert {k: after.get(k) for k in before} == before  # nothing earlier changed
+            assert not (tmp_path / "checkpoints" / "checkpoint_1").exists()
+    finally:
+        for run in runs:
+            run.kill()
+            run.wait()
     staging = sorted((tmp_path / "checkpoints").glob("checkpoint_1.tmp-*"))
     assert len(staging) == 3
-    cli = [sys.executable, "-m", "accel_launch", "checkpoint"]
-    listing = subprocess.run([*cli, "list", str(tmp_path / "checkpoints")], env=_env(),
-                             capture_output=True, text=True, timeout=60)
-    statuses = [line.split()[0] for line in listing.stdout.splitlines()]
+    # `accel checkpoint list / verify` through the CLI's own main, in this process
+    capsys.readouterr()
+    main(["checkpoint", "list", str(tmp_path / "checkpoints")])
+    listing = capsys.readouterr()
+    statuses = [line.split()[0] for line in listing.out.splitlines()]
     assert sorted(statuses) == ["ok", "partial", "partial", "partial"], listing
     complete = next(p for p in staging if (p / "manifest.json").exists())
-    refused = subprocess.run([*cli, "verify", str(complete)], env=_env(),  # manifest or not
-                             capture_output=True, text=True, timeout=60)
-    assert refused.returncode == 1 and complete.name in refused.stderr, refused
+    code = main(["checkpoint", "verify", str(complete)])  # manifest or not
+    refused = capsys.readouterr()
+    assert code == 1 and complete.name in refused.err, refused
     # The next run resumes from checkpoint_0 (newest verified) and saves checkpoint_1.
     again = _run(script, tmp_path)
     assert again.returncode == 0 and "LOADED step=1" in again.stdout, explain(again)
     assert "checkpoint_1" in again.stdout.split("SAVED", 1)[1]
 
 
-def test_flipped_byte_is_named_by_load_state_and_verify(scripts, tmp_path):
+def test_flipped_byte_is_named_by_load_state_and_verify(scripts, first_save, tmp_path, capsys):
     script = scripts / "checkpoint_crash.py"
-    assert _run(script, tmp_path).returncode == 0
+    tmp_path = _copy_of(first_save, tmp_path)
     target = tmp_path / "checkpoints" / "checkpoint_0" / "model.safetensors"
     data = bytearray(target.read_bytes())
     data[len(data) // 3] ^= 0x10
@@ -173,8 +210,10 @@ def test_flipped_byte_is_named_by_load_state_and_verify(scripts, tmp_path):
     resumed = _run(script, tmp_path)
     assert resumed.returncode != 0
     assert "CorruptCheckpointError" in resumed.stderr and "model.safetensors" in resumed.stderr
-    verify = subprocess.run([sys.executable, "-m", "accel_launch", "checkpoint", "verify",
-                             str(target.parent)], env=_env(), capture_output=True, text=True,
-                            timeout=60)
-    assert verify.returncode == 1, verify
-    assert "model.safetensors" in verify.stderr and "sha256" in verify.stderr, verify
+    from accel_launch.cli import main
+
+    capsys.readouterr()
+    code = main(["checkpoint", "verify", str(target.parent)])
+    verify = capsys.readouterr()
+    assert code == 1, verify
+    assert "model.safetensors" in verify.err and "sha256" in verify.err, verify

@@ -9,9 +9,6 @@ gathered at save time.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
@@ -19,8 +16,9 @@ pytestmark = pytest.mark.multiprocess
 
 
 
-def test_fsdp2_sharded_resume_corruption_and_merge(explain, launch, scripts, tmp_path):
+def test_fsdp2_sharded_resume_corruption_and_merge(explain, launch, scripts, tmp_path, capsys):
     from accel_checkpoint.manifest import verify_checkpoint
+    from accel_launch.cli import main
     from safetensors.torch import load_file
 
     proc = launch("--cpu", "--num_processes", "2", str(scripts / "checkpoint_sharded.py"),
@@ -38,12 +36,13 @@ def test_fsdp2_sharded_resume_corruption_and_merge(explain, launch, scripts, tmp
                                                     "scheduler": "stateful"}
     assert not list(tmp_path.glob("sharded.tmp-*"))  # the staging directory was renamed
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCEL_")}
-    merged = subprocess.run(
-        [sys.executable, "-m", "accel_launch", "merge-weights", str(sharded),
-         str(tmp_path / "merged")], capture_output=True, text=True, env=env, timeout=120)
-    assert merged.returncode == 0, explain(merged)
-    assert "model.safetensors" in merged.stdout
+    # `accel merge-weights` through the CLI's own main, in this process (needs no process
+    # group: one interpreter less than `python -m accel_launch`)
+    capsys.readouterr()
+    code = main(["merge-weights", str(sharded), str(tmp_path / "merged")])
+    merged = capsys.readouterr()
+    assert code == 0, merged
+    assert "model.safetensors" in merged.out, merged
     weights = load_file(tmp_path / "merged" / "model.safetensors")
     expected = load_file(tmp_path / "full_at_save.safetensors")
     assert sorted(weights) == sorted(expected) == json.loads(

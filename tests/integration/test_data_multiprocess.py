@@ -1,31 +1,45 @@
-"""accel-data in 2 real processes: two launches that each check a lot (see data_checks.py)."""
+"""accel-data in 2 real processes: two launches that each check a lot (see data_checks.py;
+the second also runs data_groups.py's checks after the resume)."""
 
 from __future__ import annotations
+
+import subprocess
+from pathlib import Path
 
 import pytest
 
 pytestmark = pytest.mark.multiprocess
 
 
-
-def test_every_sharding_mode_gathers_exactly_and_resumes_in_new_processes(explain, launch, scripts,
-                                                                          tmp_path):
+@pytest.fixture(scope="module")
+def data_launches(launch, scripts, tmp_path_factory: pytest.TempPathFactory
+                  ) -> tuple[subprocess.CompletedProcess[str], subprocess.CompletedProcess[str]]:
+    """The saving launch, then the resuming one in new processes, which goes on with the
+    process-group checks (two launches for the two tests below)."""
+    out: Path = tmp_path_factory.mktemp("data")
     script = str(scripts / "data_checks.py")
-    saved = launch("--cpu", "--num_processes", "2", script, str(tmp_path), "save")
+    saved = launch("--cpu", "--num_processes", "2", script, str(out), "save")
+    resumed = launch("--cpu", "--num_processes", "2", script, str(out), "resume", "groups")
+    return saved, resumed
+
+
+def test_every_sharding_mode_gathers_exactly_and_resumes_in_new_processes(explain,
+                                                                          data_launches):
+    saved, resumed = data_launches
     assert saved.returncode == 0, explain(saved)
     for rank in (0, 1):
         # 64 configurations; 8 of them give the ranks unequal batch counts (even_batches off)
         assert f"DATA-SAVE-OK rank={rank} cases=64 lockstep=56" in saved.stdout, explain(saved)
-    resumed = launch("--cpu", "--num_processes", "2", script, str(tmp_path), "resume")
-    assert resumed.returncode == 0, explain(resumed)
     for rank in (0, 1):
         assert f"DATA-RESUME-OK rank={rank} cases=64" in resumed.stdout, explain(resumed)
 
 
-def test_data_parallel_groups_keep_collectives_and_loaders_inside_them(explain, launch, scripts):
+def test_data_parallel_groups_keep_collectives_and_loaders_inside_them(explain, data_launches):
     # 2 processes, each alone in its data-parallel group (tensor parallel degree 2), plus a
-    # group of both; see data_groups.py
-    proc = launch("--cpu", "--num_processes", "2", str(scripts / "data_groups.py"))
+    # group of both; see data_groups.py (run by the resuming launch, after its own checks)
+    _, proc = data_launches
+    assert "DATA-RESUME-OK rank=0" in proc.stdout, (
+        "the process-group checks did not run: the resume before them failed\n" + explain(proc))
     assert proc.returncode == 0, explain(proc)
     for rank in (0, 1):
         assert f"DATA-GROUPS-OK rank={rank}" in proc.stdout, explain(proc)

@@ -28,7 +28,7 @@ def _run(launch, explain, *args: str, timeout: float = 300) -> str:
 
 
 @pytest.mark.multiprocess
-def test_zero_stages_configs_checkpoint_resume(ds_launcher, explain, tmp_path):
+def test_zero_stages_configs_checkpoint_resume(ds_launcher, explain, tmp_path, capsys):
     """ZeRO-1/2/3 fp32/bf16 vs DDP, accumulation 4 vs DDP, offload, "auto" filling, ZeRO-3
     init + save_model, a save; then a fresh launch resumes (equal to the straight run),
     refuses the checkpoint without trust_pickles and names a flipped byte in a shard."""
@@ -40,25 +40,30 @@ def test_zero_stages_configs_checkpoint_resume(ds_launcher, explain, tmp_path):
     for marker in RESUME:
         for rank in (0, 1):
             assert f"{marker}-OK rank={rank}" in out, out
-    _merge_weights(tmp_path)
+    _merge_weights(tmp_path, capsys)
 
 
-def _merge_weights(tmp_path: Path) -> None:
+def _merge_weights(tmp_path: Path, capsys) -> None:
     """`accel merge-weights` turns the ZeRO-2 checkpoint into the weights it was saved with
     (DeepSpeed's zero_to_fp32), and only with --trust_pickles."""
     import subprocess
     import sys
 
     import torch
+    from accel_launch.cli import main
     from safetensors.torch import load_file
 
     checkpoint = tmp_path / "run" / "checkpoints" / "checkpoint_0"
-    command = [sys.executable, "-m", "accel_launch", "merge-weights", str(checkpoint),
-               str(tmp_path / "merged")]
-    refused = subprocess.run(command, capture_output=True, text=True, timeout=120)
-    assert refused.returncode != 0 and "--trust_pickles" in refused.stderr, refused.stderr
-    merged = subprocess.run([*command, "--trust_pickles"], capture_output=True, text=True,
-                            timeout=300)
+    argv = ["merge-weights", str(checkpoint), str(tmp_path / "merged")]
+    # the refusal comes before DeepSpeed is imported: the CLI's own main, in this process
+    capsys.readouterr()
+    code = main(argv)
+    refused = capsys.readouterr().err
+    assert code != 0 and "--trust_pickles" in refused, refused
+    assert not (tmp_path / "merged").exists(), "a refused merge wrote files"
+    # the merge itself imports DeepSpeed: in a process of its own, through `python -m`
+    merged = subprocess.run([sys.executable, "-m", "accel_launch", *argv, "--trust_pickles"],
+                            capture_output=True, text=True, timeout=300)
     assert merged.returncode == 0, merged.stderr[-4000:]
     got = load_file(str(tmp_path / "merged" / "model.safetensors"))
     want = torch.load(tmp_path / "at_save.pt")

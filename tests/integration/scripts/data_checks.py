@@ -202,4 +202,10 @@ def resume(out):
 
 
 if __name__ == "__main__":
+    # argv: OUT MODE [groups]; "groups" then runs data_groups.py's checks in the same
+    # processes (one launch less; test_data_multiprocess reads each marker separately)
     {"save": save, "resume": resume}[sys.argv[2]](sys.argv[1])
+    if "groups" in sys.argv[3:]:
+        from data_groups import main as groups_main
+
+        groups_main()

@@ -92,8 +92,9 @@ def check_logging_and_rng(state: PartialState) -> None:
     assert draws[0] == draws[1]
 
 
-def check_timeout_applies(state: PartialState) -> None:
+def check_timeout_applies(state: PartialState, workdir: Path) -> None:
     """Rank 0 enters a barrier that rank 1 never joins: it must fail after ~TIMEOUT_S."""
+    seen = workdir / "timeout_seen"
     state.wait_for_everyone()
     if state.process_index == 0:
         start = time.monotonic()
@@ -101,12 +102,18 @@ def check_timeout_applies(state: PartialState) -> None:
             dist.barrier()
         except Exception as error:  # gloo raises RuntimeError/DistBackendError on timeout
             elapsed = time.monotonic() - start
+            seen.write_text("1")
             assert TIMEOUT_S - 1 <= elapsed <= TIMEOUT_S + 10, f"timed out after {elapsed:.1f}s"
             print(f"TIMEOUT-APPLIED after {elapsed:.1f}s: {type(error).__name__}", flush=True)
         else:
+            seen.write_text("0")
             raise AssertionError("barrier without a partner returned: the timeout did not apply")
     else:
-        time.sleep(TIMEOUT_S + 4)  # stay alive so rank 0 sees a timeout, not a closed peer
+        # stay alive so rank 0 sees a timeout, not a closed peer: until rank 0 says it is done
+        # (not a fixed TIMEOUT_S + 4 s sleep); the deadline only bounds a broken rank 0
+        deadline = time.monotonic() + TIMEOUT_S + 60
+        while not seen.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
 
 
 def main() -> None:
@@ -117,7 +124,7 @@ def main() -> None:
     run_ops_checks(state.process_index, state.num_processes)
     state.wait_for_everyone()
     print(f"CHECKS-OK rank={state.process_index}", flush=True)
-    check_timeout_applies(state)
+    check_timeout_applies(state, workdir)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,10 @@ model's alone: the process first warms up torch's lazy machinery (autograd, the 
 autocast) on a tiny model, takes its current RSS as the baseline, then builds the model,
 runs two training steps (the second is the steady state: optimizer states exist) and
 reports ``peak RSS - baseline``. Prints one JSON object.
+
+The peak is this process's own high-water mark (``VmHWM``, reset to the baseline first), not
+``getrusage``'s ``ru_maxrss``: Linux carries the parent's peak RSS over ``fork``/``exec`` into
+the child's ``ru_maxrss``, so a large parent (a long pytest run) inflated small models' peaks.
 """
 
 from __future__ import annotations
@@ -27,6 +31,26 @@ __all__ = ["measure_training_peak", "make_optimizer", "main"]
 def _rss() -> int:
     with open("/proc/self/statm") as handle:
         return int(handle.read().split()[1]) * resource.getpagesize()
+
+
+def _reset_peak() -> None:
+    """Restart the high-water mark at the current RSS (Linux >= 4.0; else it keeps the
+    process's own peak since exec, which still excludes the parent's)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as handle:
+            handle.write("5")
+    except OSError:
+        pass
+
+
+def _peak_rss() -> int:
+    """This process's own peak RSS in bytes (``VmHWM``; never the parent's, unlike
+    ``ru_maxrss``, which inherits it across fork/exec)."""
+    with open("/proc/self/status") as handle:
+        for line in handle:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise OSError("no VmHWM in /proc/self/status")
 
 
 def make_optimizer(params: Any, name: str) -> torch.optim.Optimizer:
@@ -65,12 +89,13 @@ def measure_training_peak(build: Any, setup: TrainingSetup) -> int:
     del tiny
     gc.collect()
     baseline = _rss()
+    _reset_peak()
     model = build()
     inputs = guess_example_inputs(model, setup.batch_size, setup.seq_len)
     if inputs is None:
         raise ValueError(f"cannot guess the inputs of {type(model).__name__} for calibration")
     _steps(model, setup, _real(inputs), 2)
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - baseline
+    return _peak_rss() - baseline
 
 
 def main(argv: list[str] | None = None) -> int:
