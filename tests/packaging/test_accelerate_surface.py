@@ -198,7 +198,6 @@ _MEGATRON = ("refused by design: accel runs TP/PP through ParallelismConfig, "
 _DEEPSPEED = "DeepSpeed internals accel's DeepSpeedStrategy does not expose (yet)"
 _FSDP2 = ("Accelerate's FSDP2 building blocks; accel's FSDP2Strategy does this inside "
           "prepare and has no public equivalents (yet)")
-_NOT_BUILT = "not built yet"
 _BNB = "bitsandbytes quantisation is not built (no accel-inference bnb path)"
 _TPU_SAGEMAKER = "TPU / SageMaker launching is not supported by accel launch"
 
@@ -210,35 +209,19 @@ KNOWN_GAPS: dict[str, str] = {
         "AbstractTrainStep", "BertTrainStep", "GPTTrainStep", "T5TrainStep",
         "avg_losses_across_data_parallel_group", "gather_across_data_parallel_groups",
         "megatron_lm_initialize", "add_model_config_to_megatron_parser")},
-    **{f"accelerate.utils:{n}": _DEEPSPEED for n in (
-        "DeepSpeedEngineWrapper", "DeepSpeedOptimizerWrapper", "get_active_deepspeed_plugin",
-        "map_pytorch_optim_to_deepspeed", "compile_regions_deepspeed",
-        "DeepSpeedSequenceParallelConfig")},
+    "accelerate.utils:DeepSpeedSequenceParallelConfig": _DEEPSPEED,
     **{f"{m}:{n}": _FSDP2 for m in ("accelerate.utils", "accelerate.utils.fsdp_utils")
        for n in ("fsdp2_prepare_model", "fsdp2_load_full_state_dict",
                  "fsdp2_switch_optimizer_parameters", "fsdp2_apply_ac",
-                 "fsdp2_canonicalize_names", "fsdp2_prepare_auto_wrap_policy",
-                 "ensure_weights_retied", "enable_fsdp_ram_efficient_loading",
-                 "disable_fsdp_ram_efficient_loading")},
+                 "fsdp2_prepare_auto_wrap_policy", "ensure_weights_retied")},
     "accelerate.utils:compile_regions_fsdp2": _FSDP2,
     **{f"accelerate.utils:{n}": _BNB for n in (
         "BnbQuantizationConfig", "load_and_quantize_model", "has_4bit_bnb_layers")},
-    **{f"accelerate.utils:{n}": _NOT_BUILT for n in (
-        "filter_first_and_last_linear_layers", "apply_fp8_autowrap",
-        "get_mixed_precision_context_manager", "MSAMPRecipeKwargs",
-        "attach_layerwise_casting_hooks", "CustomDtype", "model_has_dtensor")},
-    **{f"accelerate.utils.environment:{n}": _NOT_BUILT for n in (
-        "get_current_device_type", "get_gpu_info", "check_cuda_p2p_ib_support",
-        "check_cuda_fp8_capability", "set_numa_affinity", "check_os_kernel")},
-    "accelerate.data_loader:DataLoaderAdapter": _NOT_BUILT,
     "accelerate.utils.modeling:is_peft_model": (
         "accel.utils.modeling re-exports accel-inference only; is_peft_model (accel-state's) is "
         "in accel.utils and accel.utils.other, its home in Accelerate"),
     **{f"accelerate.utils.launch:{n}": _TPU_SAGEMAKER for n in (
         "prepare_tpu", "prepare_sagemager_args_inputs")},
-    **{f"accelerate.utils.launch:{n}": _NOT_BUILT for n in (
-        "_filter_args", "setup_fp8_env", "PrepareForLaunch")},
-    "accelerate.launchers:test_launch": _NOT_BUILT,
     "accelerate.utils:install_xla": _TPU_SAGEMAKER,
     "accelerate.commands.config.config_args:BaseConfig": (
         "accel has one ConfigFile model (commands.config.config_args.ConfigFile) instead of "

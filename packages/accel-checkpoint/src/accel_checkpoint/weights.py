@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from accel_state.enums import CustomDtype
 
 from accel_checkpoint.constants import (
     SAFE_WEIGHTS_INDEX_NAME,
@@ -52,8 +53,13 @@ def convert_file_size_to_int(size: int | str) -> int:
     return int(float(match.group(1)) * _UNITS[match.group(2).upper()])
 
 
-def dtype_byte_size(dtype: torch.dtype) -> float:
+_CUSTOM_DTYPE_BYTES = {CustomDtype.FP8: 1.0, CustomDtype.INT4: 0.5, CustomDtype.INT2: 0.25}
+
+
+def dtype_byte_size(dtype: torch.dtype | CustomDtype) -> float:
     """Bytes per element of ``dtype`` (fractions for sub-byte types such as int4)."""
+    if isinstance(dtype, CustomDtype):
+        return _CUSTOM_DTYPE_BYTES[dtype]
     if dtype == torch.bool:
         return 1 / 8
     bits = re.search(r"[^\d](\d+)_?", str(dtype))

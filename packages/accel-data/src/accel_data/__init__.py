@@ -7,6 +7,7 @@ are public so custom loops can build their own.
 
 from __future__ import annotations
 
+from accel_data.adapter import DataLoaderAdapter
 from accel_data.config import DataLoaderConfiguration
 from accel_data.dispatcher import DataLoaderDispatcher, slice_batch
 from accel_data.loaders import DataLoaderShard, DataLoaderStateMixin, UnsizedLoaderError
@@ -20,6 +21,7 @@ __version__ = "0.1.4"
 
 __all__ = [
     "BatchSamplerShard",
+    "DataLoaderAdapter",
     "DataLoaderConfiguration",
     "DataLoaderDispatcher",
     "DataLoaderShard",

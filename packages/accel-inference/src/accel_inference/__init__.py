@@ -38,6 +38,7 @@ _MODULES = {
     "accel_inference.attach": (
         "attach_execution_device_hook", "attach_align_device_hook",
         "attach_align_device_hook_on_blocks", "remove_hook_from_submodules"),
+    "accel_inference.layerwise": ("attach_layerwise_casting_hooks",),
     "accel_inference.prefetch": ("Prefetcher",),
     "accel_inference.big_modeling": ("cpu_offload", "cpu_offload_with_hook", "disk_offload",
                                      "dispatch_model", "load_checkpoint_and_dispatch"),
@@ -51,7 +52,8 @@ __all__ = [
     "OffloadedWeightsLoader", "Prefetcher", "PrefixedDataset", "SequentialHook",
     "UserCpuOffloadHook", "add_hook_to_module", "align_module_device",
     "attach_align_device_hook", "attach_align_device_hook_on_blocks",
-    "attach_execution_device_hook", "build_pipeline", "calculate_maximum_sizes",
+    "attach_execution_device_hook", "attach_layerwise_casting_hooks", "build_pipeline",
+    "calculate_maximum_sizes",
     "check_device_map", "check_tied_parameters_in_config",
     "check_tied_parameters_on_same_device", "clean_device_map", "clear_device_cache",
     "compute_module_sizes", "compute_module_total_buffer_size", "convert_dtype", "cpu_offload",
@@ -96,6 +98,7 @@ if TYPE_CHECKING:
         add_hook_to_module,
         remove_hook_from_module,
     )
+    from accel_inference.layerwise import attach_layerwise_casting_hooks
     from accel_inference.loading import load_checkpoint_in_model, load_state_dict
     from accel_inference.offload import (
         OffloadedWeightsLoader,

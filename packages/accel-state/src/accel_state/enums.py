@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 
 __all__ = ["BaseEnum", "EnumWithContains", "DistributedType", "ComputeEnvironment",
-           "SageMakerDistributedType"]
+           "CustomDtype", "SageMakerDistributedType"]
 
 
 class EnumWithContains(enum.EnumMeta):
@@ -58,3 +58,12 @@ class SageMakerDistributedType(BaseEnum):
     NO = "NO"
     DATA_PARALLEL = "DATA_PARALLEL"
     MODEL_PARALLEL = "MODEL_PARALLEL"
+
+
+class CustomDtype(enum.Enum):
+    """Quantised weight formats torch has no dtype for, so size accounting
+    (``accel_checkpoint.weights.dtype_byte_size``) can take them next to ``torch.dtype``."""
+
+    FP8 = "fp8"
+    INT4 = "int4"
+    INT2 = "int2"

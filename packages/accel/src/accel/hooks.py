@@ -18,8 +18,10 @@ from accel_inference.hooks import (
     add_hook_to_module,
     remove_hook_from_module,
 )
+from accel_inference.layerwise import attach_layerwise_casting_hooks
 
 __all__ = ["ModelHook", "SequentialHook", "AlignDevicesHook", "CpuOffload", "UserCpuOffloadHook",
            "LayerwiseCastingHook", "add_hook_to_module", "remove_hook_from_module",
            "attach_execution_device_hook", "attach_align_device_hook",
-           "attach_align_device_hook_on_blocks", "remove_hook_from_submodules"]
+           "attach_align_device_hook_on_blocks", "remove_hook_from_submodules",
+           "attach_layerwise_casting_hooks"]

@@ -35,6 +35,7 @@ from accel_checkpoint.weights import (
     load,
     save,
 )
+from accel_inference.layerwise import attach_layerwise_casting_hooks
 from accel_inference.offload import *  # noqa: F403
 from accel_inference.offload import __all__ as _offload_all
 from accel_parallel import (
@@ -43,6 +44,7 @@ from accel_parallel import (
     FullyShardedDataParallelPlugin,
     extract_model_from_parallel,
 )
+from accel_parallel.dtensor_utils import model_has_dtensor
 from accel_parallel.fsdp_plugin import (
     FSDP2_STATE_DICT_TYPE,
     FSDP_AUTO_WRAP_POLICY,
@@ -57,6 +59,7 @@ from accel_precision import (
     has_ao_layers,
     has_transformer_engine_layers,
 )
+from accel_precision.compat import apply_fp8_autowrap, filter_first_and_last_linear_layers
 from accel_state import *  # noqa: F403
 from accel_state import __all__ as _state_all
 from accel_state.imports import *  # noqa: F403
@@ -66,6 +69,7 @@ from accel_state.operations import __all__ as _operations_all
 from accel_tracking.probes import *  # noqa: F403
 from accel_tracking.probes import __all__ as _tracking_probes_all
 
+from accel._amp_context import get_mixed_precision_context_manager
 from accel.utils.dataclasses import *  # noqa: F403
 from accel.utils.modeling import *  # noqa: F403
 from accel.utils.modeling import __all__ as _modeling_all
@@ -95,7 +99,9 @@ _checkpoint_all = [
     "save", "merge_fsdp_weights",
 ]
 _precision_all = ["contextual_fp8_autocast", "convert_model", "convert_model_to_fp8_ao",
-                  "has_ao_layers", "has_transformer_engine_layers"]
+                  "has_ao_layers", "has_transformer_engine_layers", "apply_fp8_autowrap",
+                  "filter_first_and_last_linear_layers", "attach_layerwise_casting_hooks",
+                  "model_has_dtensor", "get_mixed_precision_context_manager"]
 
 __all__ = sorted({
     *_offload_all, *_modeling_all,

@@ -9,6 +9,8 @@ from accel_precision.ao import (
     find_first_last_linear_layers,
     has_ao_layers,
 )
+from accel_precision.compat import filter_first_and_last_linear_layers
 
 __all__ = ["convert_model_to_fp8_ao", "default_module_filter", "filter_linear_layers",
+           "filter_first_and_last_linear_layers",
            "find_first_last_linear_layers", "has_ao_layers"]

@@ -16,6 +16,7 @@ from accel_parallel import (
     TorchTensorParallelConfig,
     TorchTensorParallelPlugin,
 )
+from accel_precision.compat import MSAMPRecipeKwargs
 from accel_precision.kwargs import (
     AORecipeKwargs,
     AutocastKwargs,
@@ -28,6 +29,7 @@ from accel_precision.kwargs import (
 from accel_state.enums import (
     BaseEnum,
     ComputeEnvironment,
+    CustomDtype,
     DistributedType,
     EnumWithContains,
     SageMakerDistributedType,
@@ -42,7 +44,7 @@ from accel._profiling import ProfileKwargs
 __all__ = ["AORecipeKwargs", "AutocastKwargs", "BaseEnum", "ComputeEnvironment",
            "DDPCommunicationHookType", "DataLoaderConfiguration", "DistributedDataParallelKwargs",
            "DistributedType", "DynamoBackend", "EnumWithContains", "FP8BackendType", "FP8RecipeKwargs",
-           "DeepSpeedPlugin",
+           "DeepSpeedPlugin", "CustomDtype", "MSAMPRecipeKwargs",
            "FullyShardedDataParallelPlugin", "ParallelismConfig", "TorchContextParallelConfig",
            "TorchTensorParallelConfig", "TorchTensorParallelPlugin",
            "GradScalerKwargs", "GradientAccumulationPlugin", "InitProcessGroupKwargs",

@@ -4,10 +4,19 @@ from __future__ import annotations
 
 # Accelerate's name for the scheduler the DeepSpeed engine steps itself (its step is a no-op);
 # transformers' Trainer imports it when DeepSpeed is installed
+from accel_parallel.deepspeed_compat import (
+    DeepSpeedEngineWrapper,
+    DeepSpeedOptimizerWrapper,
+    compile_regions_deepspeed,
+    get_active_deepspeed_plugin,
+    map_pytorch_optim_to_deepspeed,
+)
 from accel_parallel.deepspeed_dummies import DummyOptim, DummyScheduler
 from accel_parallel.deepspeed_dummies import EngineScheduler as DeepSpeedSchedulerWrapper
 from accel_parallel.deepspeed_json import HfDeepSpeedConfig
 from accel_parallel.deepspeed_plugin import DeepSpeedPlugin
 
-__all__ = ["DeepSpeedPlugin", "DeepSpeedSchedulerWrapper", "DummyOptim", "DummyScheduler",
-           "HfDeepSpeedConfig"]
+__all__ = ["DeepSpeedEngineWrapper", "DeepSpeedOptimizerWrapper", "DeepSpeedPlugin",
+           "DeepSpeedSchedulerWrapper", "DummyOptim", "DummyScheduler", "HfDeepSpeedConfig",
+           "compile_regions_deepspeed", "get_active_deepspeed_plugin",
+           "map_pytorch_optim_to_deepspeed"]

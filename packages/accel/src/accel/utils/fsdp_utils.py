@@ -11,6 +11,11 @@ from accel_checkpoint.fsdp_io import (
     save_fsdp_optimizer,
 )
 from accel_checkpoint.merge import merge_fsdp_weights
+from accel_parallel.fsdp_compat import (
+    disable_fsdp_ram_efficient_loading,
+    enable_fsdp_ram_efficient_loading,
+    fsdp2_canonicalize_names,
+)
 from accel_parallel.fsdp_plugin import (
     FSDP2_STATE_DICT_TYPE,
     FSDP_AUTO_WRAP_POLICY,
@@ -21,4 +26,6 @@ from accel_parallel.fsdp_plugin import (
 
 __all__ = ["FSDP2_STATE_DICT_TYPE", "FSDP_AUTO_WRAP_POLICY", "FSDP_BACKWARD_PREFETCH",
            "FSDP_SHARDING_STRATEGY", "FSDP_STATE_DICT_TYPE", "load_fsdp_model",
-           "load_fsdp_optimizer", "merge_fsdp_weights", "save_fsdp_model", "save_fsdp_optimizer"]
+           "load_fsdp_optimizer", "merge_fsdp_weights", "save_fsdp_model", "save_fsdp_optimizer",
+           "disable_fsdp_ram_efficient_loading", "enable_fsdp_ram_efficient_loading",
+           "fsdp2_canonicalize_names"]

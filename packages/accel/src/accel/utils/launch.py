@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from accel_launch.launch_compat import PrepareForLaunch, _filter_args, setup_fp8_env
 from accel_launch.launch_utils import (
     convert_dict_to_env_variables,
     is_port_in_use,
@@ -11,6 +12,9 @@ from accel_launch.launch_utils import (
 )
 
 __all__ = [
+    "PrepareForLaunch",
+    "_filter_args",
+    "setup_fp8_env",
     "convert_dict_to_env_variables",
     "is_port_in_use",
     "prepare_deepspeed_cmd_env",

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from accel_precision.compat import apply_fp8_autowrap
 from accel_precision.te import (
     contextual_fp8_autocast,
     convert_model,
     has_transformer_engine_layers,
 )
 
-__all__ = ["contextual_fp8_autocast", "convert_model", "has_transformer_engine_layers"]
+__all__ = ["apply_fp8_autowrap", "contextual_fp8_autocast", "convert_model",
+           "has_transformer_engine_layers"]
