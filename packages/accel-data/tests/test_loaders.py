@@ -36,6 +36,22 @@ def test_batches_land_on_the_device(device):
     assert batches and all(t.device.type == device for b in batches for t in b)
 
 
+def test_cpu_placement_keeps_cpu_batches_and_moves_everything_else():
+    from accel_data.loaders import _onto_cpu
+
+    pair, mapping = [torch.ones(2), torch.arange(3)], {"x": torch.ones(2)}
+    assert _onto_cpu(pair) is pair and _onto_cpu(mapping) is mapping  # nothing to move
+    assert _onto_cpu(pair[0]) is pair[0]
+    meta = [torch.empty(2, device="meta")]
+    with pytest.raises(NotImplementedError):  # not on the CPU: really moved (and meta can't)
+        _onto_cpu(meta)
+    nested = {"x": [torch.ones(1)], "label": "a"}
+    moved = _onto_cpu(nested)  # other structures go through send_to_device
+    assert moved == {"x": moved["x"], "label": "a"} and moved["x"][0].device.type == "cpu"
+    loader = _shard_loader(device="cpu")
+    assert [b[1].tolist() for b in loader] == [[0, 1, 2], [6, 7, 8]]
+
+
 def test_device_none_leaves_batches_alone():
     loader = _shard_loader()
     assert loader.device is None

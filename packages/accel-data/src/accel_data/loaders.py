@@ -147,6 +147,10 @@ class DataLoaderStateMixin:
         next one is fetched; ``before_last`` runs just before the last one is yielded. Ends
         the pass, and the state ``begin()`` opened, however the iteration stops."""
         token = None
+        # the count goes straight into the instance dict: DataLoader's Python __setattr__
+        # (which guards its own options) cost ~1 us per batch here
+        attributes = self.__dict__
+        attributes["_yielded"] = self._yielded
         try:
             current = next(batches, _END)
             if current is _END:
@@ -155,7 +159,7 @@ class DataLoaderStateMixin:
             if move is not None:
                 current = move(current)
             for upcoming in batches:
-                self._yielded += 1
+                attributes["_yielded"] += 1
                 yield current
                 current = upcoming if move is None else move(upcoming)
             before_last()
@@ -387,11 +391,28 @@ class DataLoaderShard(DataLoaderStateMixin, DataLoader):
             raise
         device, non_blocking = self.device, self.non_blocking or _async_safe(self.device)
         move = None
-        if device is not None:
+        if device is not None and device.type == "cpu":
+            move = _onto_cpu
+        elif device is not None:
             # Move before fetching the next batch, so an asynchronous copy overlaps it.
             def move(batch: Any) -> Any:
                 return send_to_device(batch, device, non_blocking)
         yield from self._look_ahead(iterator, move, self._exact_remainder)
+
+
+def _onto_cpu(batch: Any) -> Any:
+    """The CPU device's placement, on every batch: batches of CPU tensors (what a CPU
+    DataLoader yields) are returned as they are, without a ``Tensor.to`` call per tensor;
+    anything else goes through ``send_to_device``."""
+    if type(batch) in (list, tuple) and all(type(item) is torch.Tensor and item.is_cpu
+                                            for item in batch):
+        return batch
+    if type(batch) is dict and all(type(item) is torch.Tensor and item.is_cpu
+                                   for item in batch.values()):
+        return batch
+    if type(batch) is torch.Tensor and batch.is_cpu:
+        return batch
+    return send_to_device(batch, "cpu")
 
 
 def _async_safe(device: torch.device | None) -> bool:
