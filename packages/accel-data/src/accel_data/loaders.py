@@ -404,14 +404,17 @@ def _onto_cpu(batch: Any) -> Any:
     """The CPU device's placement, on every batch: batches of CPU tensors (what a CPU
     DataLoader yields) are returned as they are, without a ``Tensor.to`` call per tensor;
     anything else goes through ``send_to_device``."""
-    if type(batch) in (list, tuple) and all(type(item) is torch.Tensor and item.is_cpu
-                                            for item in batch):
-        return batch
-    if type(batch) is dict and all(type(item) is torch.Tensor and item.is_cpu
-                                   for item in batch.values()):
-        return batch
-    if type(batch) is torch.Tensor and batch.is_cpu:
-        return batch
+    kind = type(batch)
+    if kind is torch.Tensor:
+        return batch if batch.is_cpu else send_to_device(batch, "cpu")
+    items = batch if kind is list or kind is tuple else (
+        batch.values() if kind is dict else None)
+    if items is not None:
+        for item in items:  # a plain loop: no generator frame per batch
+            if type(item) is not torch.Tensor or not item.is_cpu:
+                break
+        else:
+            return batch
     return send_to_device(batch, "cpu")
 
 
