@@ -196,8 +196,6 @@ EXTRA_MODULES = (
 _MEGATRON = ("refused by design: accel runs TP/PP through ParallelismConfig, "
              "Accelerator(megatron_lm_plugin=...) is an error naming it")
 _DEEPSPEED = "DeepSpeed internals accel's DeepSpeedStrategy does not expose (yet)"
-_FSDP2 = ("Accelerate's FSDP2 building blocks; accel's FSDP2Strategy does this inside "
-          "prepare and has no public equivalents (yet)")
 _BNB = "bitsandbytes quantisation is not built (no accel-inference bnb path)"
 _TPU_SAGEMAKER = "TPU / SageMaker launching is not supported by accel launch"
 
@@ -210,11 +208,6 @@ KNOWN_GAPS: dict[str, str] = {
         "avg_losses_across_data_parallel_group", "gather_across_data_parallel_groups",
         "megatron_lm_initialize", "add_model_config_to_megatron_parser")},
     "accelerate.utils:DeepSpeedSequenceParallelConfig": _DEEPSPEED,
-    **{f"{m}:{n}": _FSDP2 for m in ("accelerate.utils", "accelerate.utils.fsdp_utils")
-       for n in ("fsdp2_prepare_model", "fsdp2_load_full_state_dict",
-                 "fsdp2_switch_optimizer_parameters", "fsdp2_apply_ac",
-                 "fsdp2_prepare_auto_wrap_policy", "ensure_weights_retied")},
-    "accelerate.utils:compile_regions_fsdp2": _FSDP2,
     **{f"accelerate.utils:{n}": _BNB for n in (
         "BnbQuantizationConfig", "load_and_quantize_model", "has_4bit_bnb_layers")},
     "accelerate.utils.modeling:is_peft_model": (

@@ -1,6 +1,6 @@
 """Accelerate's ``accelerate.utils.fsdp_utils`` path: FSDP checkpoint helpers of
-accel-checkpoint (``save_fsdp_model`` & co., ``merge_fsdp_weights``) and the FSDP option
-names of accel-parallel."""
+accel-checkpoint (``save_fsdp_model`` & co., ``merge_fsdp_weights``), the FSDP option
+names and the FSDP2 building blocks (``fsdp2_prepare_model`` & co.) of accel-parallel."""
 
 from __future__ import annotations
 
@@ -12,9 +12,16 @@ from accel_checkpoint.fsdp_io import (
 )
 from accel_checkpoint.merge import merge_fsdp_weights
 from accel_parallel.fsdp_compat import (
+    compile_regions_fsdp2,
     disable_fsdp_ram_efficient_loading,
     enable_fsdp_ram_efficient_loading,
+    ensure_weights_retied,
+    fsdp2_apply_ac,
     fsdp2_canonicalize_names,
+    fsdp2_load_full_state_dict,
+    fsdp2_prepare_auto_wrap_policy,
+    fsdp2_prepare_model,
+    fsdp2_switch_optimizer_parameters,
 )
 from accel_parallel.fsdp_plugin import (
     FSDP2_STATE_DICT_TYPE,
@@ -28,4 +35,6 @@ __all__ = ["FSDP2_STATE_DICT_TYPE", "FSDP_AUTO_WRAP_POLICY", "FSDP_BACKWARD_PREF
            "FSDP_SHARDING_STRATEGY", "FSDP_STATE_DICT_TYPE", "load_fsdp_model",
            "load_fsdp_optimizer", "merge_fsdp_weights", "save_fsdp_model", "save_fsdp_optimizer",
            "disable_fsdp_ram_efficient_loading", "enable_fsdp_ram_efficient_loading",
-           "fsdp2_canonicalize_names"]
+           "fsdp2_canonicalize_names", "compile_regions_fsdp2", "ensure_weights_retied",
+           "fsdp2_apply_ac", "fsdp2_load_full_state_dict", "fsdp2_prepare_auto_wrap_policy",
+           "fsdp2_prepare_model", "fsdp2_switch_optimizer_parameters"]
