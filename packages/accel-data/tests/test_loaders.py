@@ -37,7 +37,7 @@ def test_batches_land_on_the_device(device):
 
 
 def test_cpu_placement_keeps_cpu_batches_and_moves_everything_else():
-    from accel_data.loaders import _onto_cpu
+    from accel_data.placement import onto_cpu as _onto_cpu
 
     pair, mapping = [torch.ones(2), torch.arange(3)], {"x": torch.ones(2)}
     assert _onto_cpu(pair) is pair and _onto_cpu(mapping) is mapping  # nothing to move
@@ -187,7 +187,7 @@ def test_gradient_state_sees_the_active_loader_and_its_last_batch():
 def test_host_to_cuda_copies_are_always_queued_without_a_stall():
     """A blocking host->CUDA copy waits for the previous step's kernels (measured 4% of a
     small step on an H200); such copies are stream-ordered, so they are always async."""
-    from accel_data.loaders import _async_safe
+    from accel_data.placement import async_safe as _async_safe
 
     assert _async_safe(torch.device("cuda", 0)) and _async_safe(torch.device("cuda"))
     assert not _async_safe(torch.device("cpu")) and not _async_safe(None)

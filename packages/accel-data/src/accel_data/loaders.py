@@ -21,6 +21,7 @@ from accel_state.operations import send_to_device
 from accel_state.random import synchronize_rng_states
 from torch.utils.data import DataLoader, IterableDataset
 
+from accel_data.placement import async_safe, onto_cpu
 from accel_data.samplers import SkipBatchSampler, draw_seed, get_sampler, pass_seed
 
 __all__ = ["DataLoaderStateMixin", "DataLoaderShard", "UnsizedLoaderError"]
@@ -389,43 +390,15 @@ class DataLoaderShard(DataLoaderStateMixin, DataLoader):
         except BaseException:
             self.end()
             raise
-        device, non_blocking = self.device, self.non_blocking or _async_safe(self.device)
+        device, non_blocking = self.device, self.non_blocking or async_safe(self.device)
         move = None
         if device is not None and device.type == "cpu":
-            move = _onto_cpu
+            move = onto_cpu
         elif device is not None:
             # Move before fetching the next batch, so an asynchronous copy overlaps it.
             def move(batch: Any) -> Any:
                 return send_to_device(batch, device, non_blocking)
         yield from self._look_ahead(iterator, move, self._exact_remainder)
-
-
-def _onto_cpu(batch: Any) -> Any:
-    """The CPU device's placement, on every batch: batches of CPU tensors (what a CPU
-    DataLoader yields) are returned as they are, without a ``Tensor.to`` call per tensor;
-    anything else goes through ``send_to_device``."""
-    kind = type(batch)
-    if kind is torch.Tensor:
-        return batch if batch.is_cpu else send_to_device(batch, "cpu")
-    items = batch if kind is list or kind is tuple else (
-        batch.values() if kind is dict else None)
-    if items is not None:
-        for item in items:  # a plain loop: no generator frame per batch
-            if type(item) is not torch.Tensor or not item.is_cpu:
-                break
-        else:
-            return batch
-    return send_to_device(batch, "cpu")
-
-
-def _async_safe(device: torch.device | None) -> bool:
-    """Copies from host memory to a CUDA device are queued on the stream without waiting
-    for the GPU's earlier work: the host buffer is consumed (staged or, when pinned, kept
-    alive by torch's host allocator) before the call returns, and kernels that use the
-    batch are ordered after the copy on that stream. A blocking copy would stall the CPU
-    until the previous step's kernels finish, so this is always done (as ``non_blocking``
-    does), while ``non_blocking=True`` keeps its meaning for other devices."""
-    return device is not None and device.type == "cuda"
 
 
 class UnsizedLoaderError(ConfigurationError, TypeError):
