@@ -26,7 +26,7 @@ from accel_parallel.deepspeed_config import (
     zero_init_config,
 )
 from accel_precision import NoPrecision
-from accel_state import ConfigurationError, MissingDependencyError, PartialState
+from accel_state import ConfigurationError, MissingDependencyError
 
 SAME = {"zero_stage": 2, "gradient_accumulation_steps": 4, "gradient_clipping": 1.0}
 
@@ -46,13 +46,6 @@ def ds_group():
     dist.init_process_group("gloo", rank=0, world_size=1, init_method=f"tcp://127.0.0.1:{port}")
     yield
     dist.destroy_process_group()
-
-
-@pytest.fixture
-def state():
-    PartialState._reset_state()
-    yield PartialState(cpu=True)
-    PartialState._reset_state()
 
 
 # -- the three spellings -----------------------------------------------------------------------

@@ -12,14 +12,7 @@ from accel_parallel import (
 )
 from accel_parallel.fsdp import CheckpointedForward
 from accel_precision import BF16Precision, NoPrecision
-from accel_state import ConfigurationError, PartialState
-
-
-@pytest.fixture
-def state():
-    PartialState._reset_state()
-    yield PartialState(cpu=True)
-    PartialState._reset_state()
+from accel_state import ConfigurationError
 
 
 def test_fsdp_is_chosen_by_its_plugin_and_runs_in_one_process(state):

@@ -16,14 +16,7 @@ from accel_parallel import (
     select_strategy,
 )
 from accel_precision import BF16Precision, NoPrecision
-from accel_state import ConfigurationError, DistributedType, GradientState, PartialState
-
-
-@pytest.fixture
-def state():
-    PartialState._reset_state()
-    yield PartialState(cpu=True)
-    PartialState._reset_state()
+from accel_state import ConfigurationError, DistributedType, GradientState
 
 
 def _config(state, **kwargs):

@@ -18,14 +18,7 @@ from accel_parallel import (
 from accel_parallel.context_parallel import check_context_parallel_device
 from accel_parallel.nd import _check_plugin_agrees, resolve_parallelism
 from accel_precision import NoPrecision
-from accel_state import ConfigurationError, PartialState
-
-
-@pytest.fixture
-def state():
-    PartialState._reset_state()
-    yield PartialState(cpu=True)
-    PartialState._reset_state()
+from accel_state import ConfigurationError
 
 
 @pytest.fixture(autouse=True)

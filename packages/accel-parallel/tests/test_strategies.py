@@ -14,14 +14,7 @@ from accel_parallel import (
     Strategy,
     extract_model_from_parallel,
 )
-from accel_state import ConfigurationError, PartialState
-
-
-@pytest.fixture
-def state():
-    PartialState._reset_state()
-    yield PartialState(cpu=True)
-    PartialState._reset_state()
+from accel_state import ConfigurationError
 
 
 def test_builtins_register_through_entry_points():

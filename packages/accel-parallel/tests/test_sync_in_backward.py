@@ -4,7 +4,6 @@ counts the buckets it all-reduces; FSDP2 keeps unreduced gradients off ``param.g
 
 from __future__ import annotations
 
-import pytest
 import torch
 from accel_parallel import (
     DDPStrategy,
@@ -12,14 +11,6 @@ from accel_parallel import (
     FullyShardedDataParallelPlugin,
     SingleDeviceStrategy,
 )
-from accel_state import PartialState
-
-
-@pytest.fixture
-def state():
-    PartialState._reset_state()
-    yield PartialState(cpu=True)
-    PartialState._reset_state()
 
 
 def _counted_ddp(strategy: DDPStrategy) -> tuple[torch.nn.Module, list[int]]:
