@@ -61,15 +61,10 @@ def cpu_offload(model: nn.Module, execution_device: Any = None, offload_buffers:
                 prefetch: bool = False) -> nn.Module:
     """Keep all weights in CPU RAM; each submodule's weights visit ``execution_device``
     only while it runs. ``prefetch`` copies the next block ahead on a worker thread."""
-    execution_device = execution_device if execution_device is not None else _first_device(model)
     if state_dict is None:
         state_dict = {n: t.to("cpu") for n, t in model.state_dict().items()}
-    add_hook_to_module(model, AlignDevicesHook(io_same_device=True), append=True)
-    attach_align_device_hook(model, execution_device, offload=True,
-                             offload_buffers=offload_buffers, weights_map=state_dict,
-                             preload_module_classes=preload_module_classes,
-                             prefetcher=Prefetcher() if prefetch else None)
-    return model
+    return _offload(model, state_dict, execution_device, offload_buffers,
+                    preload_module_classes, prefetch)
 
 
 def cpu_offload_with_hook(model: nn.Module, execution_device: Any = None,
@@ -91,8 +86,15 @@ def disk_offload(model: nn.Module, offload_dir: str | os.PathLike[str],
     ahead on a worker thread unless ``prefetch=False``."""
     if not os.path.isfile(os.path.join(offload_dir, INDEX_NAME)):
         offload_state_dict(offload_dir, model.state_dict())
+    return _offload(model, OffloadedWeightsLoader(save_folder=offload_dir), execution_device,
+                    offload_buffers, preload_module_classes, prefetch)
+
+
+def _offload(model: nn.Module, weights_map: Any, execution_device: Any, offload_buffers: bool,
+             preload_module_classes: list[str] | None, prefetch: bool) -> nn.Module:
+    """The hooks both offloads install: outputs back on the input's device, and each
+    submodule's weights read from ``weights_map`` to ``execution_device`` while it runs."""
     execution_device = execution_device if execution_device is not None else _first_device(model)
-    weights_map = OffloadedWeightsLoader(save_folder=offload_dir)
     add_hook_to_module(model, AlignDevicesHook(io_same_device=True), append=True)
     attach_align_device_hook(model, execution_device, offload=True,
                              offload_buffers=offload_buffers, weights_map=weights_map,
