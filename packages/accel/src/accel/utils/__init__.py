@@ -8,23 +8,6 @@ finer paths; everything they export is also here.
 
 from __future__ import annotations
 
-from accel_checkpoint.constants import (
-    FSDP_MODEL_NAME,
-    MODEL_NAME,
-    OPTIMIZER_NAME,
-    PROFILE_PATTERN_NAME,
-    RNG_STATE_NAME,
-    SAFE_MODEL_NAME,
-    SAFE_WEIGHTS_INDEX_NAME,
-    SAFE_WEIGHTS_NAME,
-    SAFE_WEIGHTS_PATTERN_NAME,
-    SAMPLER_NAME,
-    SCALER_NAME,
-    SCHEDULER_NAME,
-    WEIGHTS_INDEX_NAME,
-    WEIGHTS_NAME,
-    WEIGHTS_PATTERN_NAME,
-)
 from accel_checkpoint.merge import merge_fsdp_weights
 from accel_checkpoint.weights import (
     clean_state_dict_for_safetensors,
@@ -45,13 +28,6 @@ from accel_parallel import (
     extract_model_from_parallel,
 )
 from accel_parallel.dtensor_utils import model_has_dtensor
-from accel_parallel.fsdp_plugin import (
-    FSDP2_STATE_DICT_TYPE,
-    FSDP_AUTO_WRAP_POLICY,
-    FSDP_BACKWARD_PREFETCH,
-    FSDP_SHARDING_STRATEGY,
-    FSDP_STATE_DICT_TYPE,
-)
 from accel_precision import (
     contextual_fp8_autocast,
     convert_model,
@@ -70,6 +46,8 @@ from accel_tracking.probes import *  # noqa: F403
 from accel_tracking.probes import __all__ as _tracking_probes_all
 
 from accel._amp_context import get_mixed_precision_context_manager
+from accel.utils.constants import *  # noqa: F403
+from accel.utils.constants import __all__ as _constants_all
 from accel.utils.dataclasses import *  # noqa: F403
 from accel.utils.modeling import *  # noqa: F403
 from accel.utils.modeling import __all__ as _modeling_all
@@ -91,10 +69,7 @@ from accel.utils.imports import deepspeed_required
 from accel.utils.tqdm import tqdm
 
 _checkpoint_all = [
-    "FSDP_MODEL_NAME", "MODEL_NAME", "OPTIMIZER_NAME", "PROFILE_PATTERN_NAME", "RNG_STATE_NAME",
-    "SAFE_MODEL_NAME", "SAFE_WEIGHTS_INDEX_NAME", "SAFE_WEIGHTS_NAME", "SAFE_WEIGHTS_PATTERN_NAME",
-    "SAMPLER_NAME", "SCALER_NAME", "SCHEDULER_NAME", "WEIGHTS_INDEX_NAME", "WEIGHTS_NAME",
-    "WEIGHTS_PATTERN_NAME", "clean_state_dict_for_safetensors", "convert_bytes",
+    "clean_state_dict_for_safetensors", "convert_bytes",
     "convert_file_size_to_int", "dtype_byte_size", "id_tensor_storage", "load",
     "save", "merge_fsdp_weights",
 ]
@@ -108,7 +83,5 @@ __all__ = sorted({
     *_deepspeed_all,
     *_state_all, *_imports_all, *_operations_all, *_environment_all, *_dataclasses_all,
     *_tracking_probes_all, *_checkpoint_all, *_precision_all, *_other_all, *_memory_all, *_launch_all, "tqdm",
-    *_fsdp_utils_all, "deepspeed_required",
-    "extract_model_from_parallel", "FSDP_SHARDING_STRATEGY", "FSDP_AUTO_WRAP_POLICY",
-    "FSDP_BACKWARD_PREFETCH", "FSDP_STATE_DICT_TYPE", "FSDP2_STATE_DICT_TYPE",
+    *_fsdp_utils_all, *_constants_all, "deepspeed_required", "extract_model_from_parallel",
 })
