@@ -33,7 +33,7 @@ import xxhash
 
 __all__ = ["HASH_CHUNK", "FileRecord", "Verification", "hash_pool", "chunk_digests",
            "chunked_record", "record_of", "map_file", "check_bytes", "hash_file",
-           "record_new_files", "fsync_file", "fsync_dir"]
+           "record_new_files", "BackgroundFlusher", "fsync_file", "fsync_dir"]
 
 #: Bytes per hashed chunk (format 2): small enough to spread a file over every core.
 HASH_CHUNK = 16 * 2**20
@@ -261,6 +261,27 @@ def record_new_files(directory: str | os.PathLike[str], known: Any) -> dict[str,
         if here != root:
             fsync_dir(here)
     return found
+
+
+class BackgroundFlusher:
+    """Runs flushes (an fsync, an fsync then a rename) one at a time on a second thread
+    while the caller writes the next file, so a disk flushes one file while the next fills
+    the page cache. Leaving the ``with`` block waits for every flush, then re-raises the
+    first that failed (unless the block itself raised: that error goes on)."""
+
+    def __enter__(self) -> BackgroundFlusher:
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="accel-fsync")
+        self._flushes: list[Future[Any]] = []
+        return self
+
+    def submit(self, flush: Any, *args: Any) -> None:
+        self._flushes.append(self._pool.submit(flush, *args))
+
+    def __exit__(self, exc_type: Any, *exc_info: Any) -> None:
+        self._pool.shutdown(wait=True)
+        if exc_type is None:
+            for flush in self._flushes:
+                flush.result()
 
 
 def fsync_file(path: str | os.PathLike[str]) -> None:

@@ -19,7 +19,6 @@ import shutil
 import threading
 import time
 import uuid
-from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +32,13 @@ from accel_checkpoint.constants import MANIFEST_NAME, OLD_INFIX
 from accel_checkpoint.coordination import Peers, SaveRound
 from accel_checkpoint.errors import CheckpointError
 from accel_checkpoint.fileio import write_json, write_safetensors
-from accel_checkpoint.hashing import FileRecord, fsync_dir, fsync_file, record_new_files
+from accel_checkpoint.hashing import (
+    BackgroundFlusher,
+    FileRecord,
+    fsync_dir,
+    fsync_file,
+    record_new_files,
+)
 from accel_checkpoint.manifest import Manifest, library_versions
 from accel_checkpoint.tree import flatten_state
 
@@ -186,21 +191,18 @@ def write_parts(staging: Path, parts: list[Part]) -> tuple[dict[str, Any], dict[
     Every fsync has finished when this returns (before the manifest is written)."""
     files: dict[str, Any] = {}
     objects: dict[str, Any] = {}
-    flushes: list[Future[None]] = []
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="accel-fsync") as syncer:
-        results = [_write_part(staging, part, syncer, flushes) for part in parts]
-    for flush in flushes:
-        flush.result()  # an fsync that failed fails the save
+    with BackgroundFlusher() as flusher:  # an fsync that failed fails the save
+        results = [_write_part(staging, part, flusher) for part in parts]
     for part, (part_files, entry) in zip(parts, results):
         files.update(part_files)
         objects[part.name] = entry
     return files, objects
 
 
-def _write_part(staging: Path, part: Part, syncer: ThreadPoolExecutor,
-                flushes: list[Future[None]]) -> tuple[dict[str, Any], dict[str, Any]]:
+def _write_part(staging: Path, part: Part, flusher: BackgroundFlusher
+                ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Write one part's safetensors and/or JSON file (the safetensors file's fsync goes to
-    ``syncer``, its future to ``flushes``); ``(files, manifest entry)``."""
+    ``flusher``); ``(files, manifest entry)``."""
     files: dict[str, Any] = {}
     entry: dict[str, Any] = {"kind": part.kind, "tensors": None, "json": None}
     if part.rank is not None:
@@ -208,7 +210,7 @@ def _write_part(staging: Path, part: Part, syncer: ThreadPoolExecutor,
     if part.tensors:
         name = f"{part.name}.safetensors"
         record = write_safetensors(staging / name, part.tensors, {"format": "pt"}, fsync=False)
-        flushes.append(syncer.submit(fsync_file, staging / name))
+        flusher.submit(fsync_file, staging / name)
         files[name] = record.to_json()
         entry["tensors"] = name
         _test_delay()

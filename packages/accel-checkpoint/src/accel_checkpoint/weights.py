@@ -14,7 +14,6 @@ import json
 import os
 import re
 import warnings
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +30,7 @@ from accel_checkpoint.constants import (
 )
 from accel_checkpoint.errors import CheckpointError
 from accel_checkpoint.fileio import write_safetensors
-from accel_checkpoint.hashing import fsync_dir, fsync_file
+from accel_checkpoint.hashing import BackgroundFlusher, fsync_dir, fsync_file
 
 __all__ = ["save_model_weights", "load_model_weights", "checkpoint_files",
            "clean_state_dict_for_safetensors", "id_tensor_storage", "convert_file_size_to_int",
@@ -143,16 +142,13 @@ def _write_shards(directory: Path, names: list[str], shards: list[dict[str, torc
     Every file appears whole or not at all; on an error no temporary file is left."""
     temporary = [directory / f".{name}.tmp-{os.getpid()}" for name in names]
     try:
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="accel-fsync") as syncer:
-            flushes = []
+        with BackgroundFlusher() as flusher:
             for tmp, name, shard in zip(temporary, names, shards, strict=True):
                 if safe_serialization:
                     write_safetensors(tmp, shard, {"format": "pt"}, hashed=False, fsync=False)
                 else:
                     _torch_save_file(shard, tmp, fsync=False)
-                flushes.append(syncer.submit(_fsync_and_replace, tmp, directory / name))
-            for flush in flushes:
-                flush.result()
+                flusher.submit(_fsync_and_replace, tmp, directory / name)
     finally:
         for tmp in temporary:
             tmp.unlink(missing_ok=True)
