@@ -161,6 +161,8 @@ SURFACE: dict[str, tuple[str, ...]] = {
         "set_module_tensor_to_device", "named_module_tensors", "get_non_persistent_buffers",
         "align_module_device", "has_offloaded_params", "is_peft_model",
         "load_checkpoint_in_model", "load_state_dict", "load_offloaded_weights",
+        # imported at module level by transformers (not in ACCELERATE_SURFACE.md's list)
+        "get_state_dict_from_offload", "get_module_size_with_ties",
     ),
     "accelerate.utils.offload": (
         "offload_weight", "load_offloaded_weight", "save_offload_index", "offload_state_dict",
@@ -195,8 +197,6 @@ EXTRA_MODULES = (
 
 _MEGATRON = ("refused by design: accel runs TP/PP through ParallelismConfig, "
              "Accelerator(megatron_lm_plugin=...) is an error naming it")
-_DEEPSPEED = "DeepSpeed internals accel's DeepSpeedStrategy does not expose (yet)"
-_BNB = "bitsandbytes quantisation is not built (no accel-inference bnb path)"
 _TPU_SAGEMAKER = "TPU / SageMaker launching is not supported by accel launch"
 
 #: "module:name" -> why it is missing. Keep it short; remove an entry when it is built.
@@ -207,9 +207,6 @@ KNOWN_GAPS: dict[str, str] = {
         "AbstractTrainStep", "BertTrainStep", "GPTTrainStep", "T5TrainStep",
         "avg_losses_across_data_parallel_group", "gather_across_data_parallel_groups",
         "megatron_lm_initialize", "add_model_config_to_megatron_parser")},
-    "accelerate.utils:DeepSpeedSequenceParallelConfig": _DEEPSPEED,
-    **{f"accelerate.utils:{n}": _BNB for n in (
-        "BnbQuantizationConfig", "load_and_quantize_model", "has_4bit_bnb_layers")},
     "accelerate.utils.modeling:is_peft_model": (
         "accel.utils.modeling re-exports accel-inference only; is_peft_model (accel-state's) is "
         "in accel.utils and accel.utils.other, its home in Accelerate"),

@@ -23,7 +23,7 @@ _MODULES = {
                                    "clean_device_map"),
     "accel_inference.tied": ("find_tied_parameters", "retie_parameters",
                              "check_tied_parameters_on_same_device",
-                             "check_tied_parameters_in_config"),
+                             "check_tied_parameters_in_config", "get_module_size_with_ties"),
     "accel_inference.tensors": ("set_module_tensor_to_device", "named_module_tensors",
                                 "get_non_persistent_buffers", "align_module_device",
                                 "has_offloaded_params", "clear_device_cache"),
@@ -31,7 +31,7 @@ _MODULES = {
     "accel_inference.offload": ("offload_weight", "load_offloaded_weight", "save_offload_index",
                                 "offload_state_dict", "OffloadedWeightsLoader",
                                 "PrefixedDataset", "extract_submodules_state_dict",
-                                "load_offloaded_weights"),
+                                "load_offloaded_weights", "get_state_dict_from_offload"),
     "accel_inference.hooks": (
         "ModelHook", "SequentialHook", "add_hook_to_module", "remove_hook_from_module",
         "AlignDevicesHook", "CpuOffload", "UserCpuOffloadHook", "LayerwiseCastingHook"),
@@ -44,12 +44,14 @@ _MODULES = {
                                      "dispatch_model", "load_checkpoint_and_dispatch"),
     "accel_inference.pipeline": ("prepare_pippy", "generate_device_map", "build_pipeline",
                                  "pippy_forward", "find_pippy_batch_size"),
+    "accel_inference.quantize_config": ("BnbQuantizationConfig",),
+    "accel_inference.quantize": ("load_and_quantize_model", "has_4bit_bnb_layers"),
 }
 _EXPORTS = {name: module for module, names in _MODULES.items() for name in names}
 
 __all__ = [
-    "AlignDevicesHook", "CpuOffload", "LayerwiseCastingHook", "ModelHook",
-    "OffloadedWeightsLoader", "Prefetcher", "PrefixedDataset", "SequentialHook",
+    "AlignDevicesHook", "BnbQuantizationConfig", "CpuOffload", "LayerwiseCastingHook",
+    "ModelHook", "OffloadedWeightsLoader", "Prefetcher", "PrefixedDataset", "SequentialHook",
     "UserCpuOffloadHook", "add_hook_to_module", "align_module_device",
     "attach_align_device_hook", "attach_align_device_hook_on_blocks",
     "attach_execution_device_hook", "attach_layerwise_casting_hooks", "build_pipeline",
@@ -59,10 +61,12 @@ __all__ = [
     "compute_module_sizes", "compute_module_total_buffer_size", "convert_dtype", "cpu_offload",
     "cpu_offload_with_hook", "disk_offload", "dispatch_model", "extract_submodules_state_dict",
     "find_pippy_batch_size", "find_tied_parameters", "generate_device_map",
-    "get_balanced_memory", "get_max_layer_size", "get_max_memory",
-    "get_non_persistent_buffers", "has_offloaded_params", "infer_auto_device_map",
+    "get_balanced_memory", "get_max_layer_size", "get_max_memory", "get_module_size_with_ties",
+    "get_non_persistent_buffers", "get_state_dict_from_offload", "has_4bit_bnb_layers",
+    "has_offloaded_params", "infer_auto_device_map",
     "init_empty_weights", "init_on_device", "load_checkpoint_and_dispatch",
-    "load_checkpoint_in_model", "load_offloaded_weight", "load_offloaded_weights",
+    "load_and_quantize_model", "load_checkpoint_in_model", "load_offloaded_weight",
+    "load_offloaded_weights",
     "load_state_dict", "named_module_tensors", "offload_state_dict", "offload_weight",
     "pippy_forward", "prepare_pippy", "remove_hook_from_module", "remove_hook_from_submodules",
     "retie_parameters", "save_offload_index", "set_module_tensor_to_device", "__version__",
@@ -104,6 +108,7 @@ if TYPE_CHECKING:
         OffloadedWeightsLoader,
         PrefixedDataset,
         extract_submodules_state_dict,
+        get_state_dict_from_offload,
         load_offloaded_weight,
         load_offloaded_weights,
         offload_state_dict,
@@ -118,6 +123,8 @@ if TYPE_CHECKING:
         prepare_pippy,
     )
     from accel_inference.prefetch import Prefetcher
+    from accel_inference.quantize import has_4bit_bnb_layers, load_and_quantize_model
+    from accel_inference.quantize_config import BnbQuantizationConfig
     from accel_inference.sizing import (
         calculate_maximum_sizes,
         compute_module_sizes,
@@ -139,6 +146,7 @@ if TYPE_CHECKING:
         check_tied_parameters_in_config,
         check_tied_parameters_on_same_device,
         find_tied_parameters,
+        get_module_size_with_ties,
         retie_parameters,
     )
 

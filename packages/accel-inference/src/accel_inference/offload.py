@@ -21,7 +21,7 @@ from torch import nn
 
 __all__ = ["offload_weight", "load_offloaded_weight", "save_offload_index", "offload_state_dict",
            "OffloadedWeightsLoader", "PrefixedDataset", "extract_submodules_state_dict",
-           "load_offloaded_weights", "read_offload_index"]
+           "load_offloaded_weights", "read_offload_index", "get_state_dict_from_offload"]
 
 INDEX_NAME = "index.json"
 
@@ -169,3 +169,26 @@ def load_offloaded_weights(model: nn.Module, index: Mapping[str, Any],
             continue
         weight = load_offloaded_weight(os.path.join(offload_folder, f"{name}.dat"), info)
         set_module_tensor_to_device(model, name, "cpu", value=weight)
+
+
+def get_state_dict_from_offload(module: nn.Module, module_name: str,
+                                state_dict: dict[str, Any],
+                                device_to_put_offload: Any = "cpu") -> dict[str, Any]:
+    """Fill ``state_dict`` with the real tensors of an offloaded ``module``.
+
+    ``module_name`` is the full name of one of its tensors (``"layers.0.fc.weight"``): its
+    parent prefix (``"layers.0.fc"``) names ``module`` in ``state_dict``. Inside
+    :func:`~accel_inference.tensors.align_module_device` the hook's weights are brought to
+    ``device_to_put_offload``; each of the module's own entries already present in
+    ``state_dict`` (the meta placeholders of a saving loop) is replaced by that tensor.
+    Entries absent from ``state_dict`` are not added. Returns ``state_dict``.
+    """
+    from accel_inference.tensors import align_module_device
+
+    root = module_name.rpartition(".")[0]
+    with align_module_device(module, device_to_put_offload):
+        for key, tensor in module.state_dict().items():
+            full = f"{root}.{key}" if root else key
+            if full in state_dict:
+                state_dict[full] = tensor
+    return state_dict

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 from accel_checkpoint.weights import convert_file_size_to_int, dtype_byte_size
+from accel_state.enums import CustomDtype
 from accel_state.errors import ConfigurationError
 from torch import nn
 
@@ -37,7 +38,12 @@ def convert_dtype(dtype: Any) -> torch.dtype | None:
     return value
 
 
-def _tensor_size(tensor: torch.Tensor, dtype: torch.dtype | None) -> int:
+def _size_dtype(dtype: Any) -> torch.dtype | CustomDtype | None:
+    """A dtype to size weights in: a torch dtype (or its name), or a quantised format."""
+    return dtype if isinstance(dtype, CustomDtype) else convert_dtype(dtype)
+
+
+def _tensor_size(tensor: torch.Tensor, dtype: torch.dtype | CustomDtype | None) -> int:
     if dtype is None:
         return tensor.numel() * tensor.element_size()
     return int(tensor.numel() * min(dtype_byte_size(dtype), dtype_byte_size(tensor.dtype)))
@@ -48,11 +54,12 @@ def compute_module_sizes(model: nn.Module, dtype: Any = None,
                          buffers_only: bool = False) -> dict[str, int]:
     """Bytes per module name (and per tensor name), parents included; ``""`` is the total.
 
-    ``dtype`` is the dtype the weights will be loaded in (never up-casts a smaller tensor);
-    ``special_dtypes`` overrides it for named tensors (e.g. modules kept in float32).
+    ``dtype`` is the dtype the weights will be loaded in (never up-casts a smaller tensor;
+    ``CustomDtype.INT4`` for 4-bit weights); ``special_dtypes`` overrides it for named tensors
+    (e.g. modules kept in float32).
     """
-    dtype = convert_dtype(dtype)
-    special = {k: convert_dtype(v) for k, v in (special_dtypes or {}).items()}
+    dtype = _size_dtype(dtype)
+    special = {k: _size_dtype(v) for k, v in (special_dtypes or {}).items()}
     sizes: dict[str, int] = defaultdict(int)
     tensors = model.named_buffers() if buffers_only else \
         [*model.named_parameters(), *model.named_buffers()]

@@ -10,12 +10,13 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from accel_state.errors import ConfigurationError
 from torch import nn
 
 from accel_inference.tensors import get_module_and_name
 
 __all__ = ["find_tied_parameters", "retie_parameters", "check_tied_parameters_on_same_device",
-           "check_tied_parameters_in_config", "device_of"]
+           "check_tied_parameters_in_config", "device_of", "get_module_size_with_ties"]
 
 logger = logging.getLogger("accel.big_modeling")
 
@@ -65,3 +66,35 @@ def check_tied_parameters_in_config(model: nn.Module) -> bool:
     declared = bool(getattr(config, "tie_word_embeddings", False)) or \
         bool(getattr(config, "tie_encoder_decoder", False))
     return declared or bool(getattr(model, "_tied_weights_keys", None))
+
+
+def get_module_size_with_ties(tied_params: Sequence[str], module_size: int,
+                              module_sizes: Mapping[str, int],
+                              modules_to_treat: Sequence[tuple[str, Any]]
+                              ) -> tuple[int, list[str], list[Any]]:
+    """Bytes a block needs when the blocks holding its tied partners move with it.
+
+    ``tied_params`` are tensor names outside the block tied to a tensor inside it; each is
+    looked up among ``modules_to_treat`` (the queue of ``(name, module)`` still to place).
+    The partner's whole block joins, less the tied tensor itself (it is stored once, with
+    the block). Returns ``(size, partner block names, partner blocks)``; a partner block is
+    counted once even when several tied tensors live in it (Accelerate counts it again for
+    each). A tied name no queued block holds is an error naming it.
+    """
+    size = module_size
+    names: list[str] = []
+    blocks: list[Any] = []
+    for param in tied_params:
+        match = next(((n, m) for n, m in modules_to_treat
+                      if param == n or param.startswith(n + ".")), None)
+        if match is None:
+            raise ConfigurationError(
+                f"The tied tensor {param!r} is in none of the blocks still to place "
+                f"({[n for n, _ in modules_to_treat][:10]}): pass the queue that holds it, "
+                "or run find_tied_parameters on the same model.")
+        size -= module_sizes.get(param, 0)
+        if match[0] not in names:
+            names.append(match[0])
+            blocks.append(match[1])
+            size += module_sizes.get(match[0], 0)
+    return size, names, blocks

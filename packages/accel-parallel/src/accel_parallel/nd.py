@@ -28,6 +28,7 @@ from accel_state import ConfigurationError
 
 from accel_parallel.ddp import sync_ddp_in_backward
 from accel_parallel.fsdp import FSDP2Strategy, _ensure_process_group, plugin_parallelism
+from accel_parallel.sequence_parallel import check_sequence_parallel_runtime
 
 if TYPE_CHECKING:
     from accel_precision import Precision
@@ -66,12 +67,7 @@ def resolve_parallelism(config: ParallelismConfig | None, tp_plugin: Any, world_
         config._set_size("dp_replicate", implied.dp_replicate_size if implied else world_size)
         config._set_size("dp_shard", implied.dp_shard_size if implied else 1)
     config.check_world_size(world_size)
-    if config.sp_enabled:
-        raise ConfigurationError(
-            f"ParallelismConfig(sp_size={config.sp_size}, sp_backend={config.sp_backend!r}) asks "
-            "for Ulysses sequence parallelism, which accel does not run. Use tp_size with "
-            "'sequence_parallel' plan entries (norms/dropout over sequence shards), or "
-            "cp_size for long sequences (CUDA).")
+    check_sequence_parallel_runtime(config)
     config._warn_unused_handlers()
     return config
 

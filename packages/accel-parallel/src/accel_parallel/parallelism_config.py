@@ -20,6 +20,7 @@ from accel_state import ConfigurationError
 from accel_state import env as _env
 
 from accel_parallel.mesh import MESH_ORDER, BuiltMesh, build_mesh
+from accel_parallel.sequence_parallel import DeepSpeedSequenceParallelConfig
 
 __all__ = ["ParallelismConfig", "TorchTensorParallelConfig", "TorchContextParallelConfig",
            "TorchTensorParallelPlugin", "CP_COMM_STRATEGIES"]
@@ -105,15 +106,17 @@ class ParallelismConfig:
     cp_backend: str | None = None
     """Context-parallel implementation: ``torch`` (env ..._CP_BACKEND; the only one)."""
     sp_size: int | None = None
-    """Accelerate's Ulysses sequence parallelism (env ..._SP_SIZE): accel runs only 1."""
+    """Ulysses sequence-parallel degree (env ..._SP_SIZE): accepted, but training refuses
+    values above 1 (accel_parallel.sequence_parallel says what is missing)."""
     sp_backend: str | None = None
     """Ulysses backend, ``deepspeed`` (default) or ``accelerate`` (env ..._SP_BACKEND)."""
     tp_handler: TorchTensorParallelConfig | None = None
     """Tensor-parallel options (and plan); default one when ``tp_size > 1``."""
     cp_handler: TorchContextParallelConfig | None = None
     """Context-parallel options; default one when ``cp_size > 1``."""
-    sp_handler: Any = None
-    """Ulysses options (Accelerate's; kept for its configs, unused by accel)."""
+    sp_handler: DeepSpeedSequenceParallelConfig | None = None
+    """Ulysses options; default one (from the PARALLELISM_CONFIG_SP_* variables) when
+    ``sp_size > 1`` with the ``deepspeed`` backend."""
     device_mesh: Any = field(default=None, init=False, repr=False, compare=False)
     """The mesh built by :meth:`get_device_mesh` (None before)."""
     _built: BuiltMesh | None = field(default=None, init=False, repr=False, compare=False)
@@ -133,6 +136,11 @@ class ParallelismConfig:
                 "parallelism both split the sequence; set one of them to 1.")
         self._check_handler("tp_handler", TorchTensorParallelConfig)
         self._check_handler("cp_handler", TorchContextParallelConfig)
+        self._check_handler("sp_handler", DeepSpeedSequenceParallelConfig)
+        if self.sp_size > 1 and self.sp_handler is None and self.sp_backend == "deepspeed":
+            self.sp_handler = DeepSpeedSequenceParallelConfig()
+        if self.sp_size > 1 and self.sp_handler is not None:
+            self.sp_handler.check_sp_size(self.sp_size)
         if self.tp_size > 1 and self.tp_handler is None:
             self.tp_handler = TorchTensorParallelConfig()
         if self.cp_size > 1 and self.cp_handler is None:

@@ -84,5 +84,17 @@ PARALLELISM_CONFIG_SP_SIZE = _var(
 PARALLELISM_CONFIG_SP_BACKEND = _var(
     "ACCEL_PARALLELISM_CONFIG_SP_BACKEND", "Ulysses sequence-parallel backend: deepspeed "
     "(default) or accelerate.", "PARALLELISM_CONFIG_SP_BACKEND")
+# Read by accel_parallel.DeepSpeedSequenceParallelConfig for fields left as None.
+PARALLELISM_CONFIG_SP_SEQ_LENGTH = _var(
+    "ACCEL_PARALLELISM_CONFIG_SP_SEQ_LENGTH", "Ulysses sequence length (a multiple of sp_size); "
+    "needed when the length is fixed.", "PARALLELISM_CONFIG_SP_SEQ_LENGTH")
+PARALLELISM_CONFIG_SP_SEQ_LENGTH_IS_VARIABLE = _var(
+    "ACCEL_PARALLELISM_CONFIG_SP_SEQ_LENGTH_IS_VARIABLE", "true (default): Ulysses takes each "
+    "batch's sequence length; false: every batch has sp_seq_length.",
+    "PARALLELISM_CONFIG_SP_SEQ_LENGTH_IS_VARIABLE")
+PARALLELISM_CONFIG_SP_ATTN_IMPLEMENTATION = _var(
+    "ACCEL_PARALLELISM_CONFIG_SP_ATTN_IMPLEMENTATION", "Attention under Ulysses: sdpa, "
+    "flash_attention_2, flash_attention_3 or a hub flash-attn kernel ('org/flash-attn...').",
+    "PARALLELISM_CONFIG_SP_ATTN_IMPLEMENTATION")
 
 __all__ = [name for name in dict(globals()) if name.isupper()]

@@ -21,6 +21,7 @@ from accel_checkpoint.weights import (
 from accel_inference.layerwise import attach_layerwise_casting_hooks
 from accel_inference.offload import *  # noqa: F403
 from accel_inference.offload import __all__ as _offload_all
+from accel_inference.quantize import has_4bit_bnb_layers, load_and_quantize_model
 from accel_parallel import (
     DDPCommunicationHookType,
     DistributedDataParallelKwargs,
@@ -76,7 +77,8 @@ _checkpoint_all = [
 _precision_all = ["contextual_fp8_autocast", "convert_model", "convert_model_to_fp8_ao",
                   "has_ao_layers", "has_transformer_engine_layers", "apply_fp8_autowrap",
                   "filter_first_and_last_linear_layers", "attach_layerwise_casting_hooks",
-                  "model_has_dtensor", "get_mixed_precision_context_manager"]
+                  "model_has_dtensor", "get_mixed_precision_context_manager",
+                  "load_and_quantize_model", "has_4bit_bnb_layers"]
 
 __all__ = sorted({
     *_offload_all, *_modeling_all,

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from accel_checkpoint.project import ProjectConfiguration
 from accel_data import DataLoaderConfiguration
+from accel_inference.quantize_config import BnbQuantizationConfig
 from accel_parallel import (
     DDPCommunicationHookType,
     DeepSpeedPlugin,
+    DeepSpeedSequenceParallelConfig,
     DistributedDataParallelKwargs,
     DynamoBackend,
     FullyShardedDataParallelPlugin,
@@ -41,10 +43,11 @@ from accel_tracking import LoggerType
 
 from accel._profiling import ProfileKwargs
 
-__all__ = ["AORecipeKwargs", "AutocastKwargs", "BaseEnum", "ComputeEnvironment",
+__all__ = ["AORecipeKwargs", "AutocastKwargs", "BaseEnum", "BnbQuantizationConfig",
+           "ComputeEnvironment",
            "DDPCommunicationHookType", "DataLoaderConfiguration", "DistributedDataParallelKwargs",
            "DistributedType", "DynamoBackend", "EnumWithContains", "FP8BackendType", "FP8RecipeKwargs",
-           "DeepSpeedPlugin", "CustomDtype", "MSAMPRecipeKwargs",
+           "DeepSpeedPlugin", "DeepSpeedSequenceParallelConfig", "CustomDtype", "MSAMPRecipeKwargs",
            "FullyShardedDataParallelPlugin", "ParallelismConfig", "TorchContextParallelConfig",
            "TorchTensorParallelConfig", "TorchTensorParallelPlugin",
            "GradScalerKwargs", "GradientAccumulationPlugin", "InitProcessGroupKwargs",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from accel_inference.device_map import check_device_map, clean_device_map, infer_auto_device_map
 from accel_inference.loading import load_checkpoint_in_model, load_state_dict
-from accel_inference.offload import load_offloaded_weights
+from accel_inference.offload import get_state_dict_from_offload, load_offloaded_weights
 from accel_inference.sizing import (
     calculate_maximum_sizes,
     compute_module_sizes,
@@ -25,6 +25,7 @@ from accel_inference.tied import (
     check_tied_parameters_in_config,
     check_tied_parameters_on_same_device,
     find_tied_parameters,
+    get_module_size_with_ties,
     retie_parameters,
 )
 
@@ -34,4 +35,5 @@ __all__ = ["infer_auto_device_map", "check_device_map", "clean_device_map",
            "get_balanced_memory", "get_max_layer_size", "get_max_memory", "align_module_device",
            "get_non_persistent_buffers", "has_offloaded_params", "named_module_tensors",
            "set_module_tensor_to_device", "check_tied_parameters_in_config",
-           "check_tied_parameters_on_same_device", "find_tied_parameters", "retie_parameters"]
+           "check_tied_parameters_on_same_device", "find_tied_parameters", "retie_parameters",
+           "get_state_dict_from_offload", "get_module_size_with_ties"]

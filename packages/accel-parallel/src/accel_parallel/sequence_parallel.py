@@ -1,0 +1,135 @@
+"""Accelerate's ``DeepSpeedSequenceParallelConfig``: the options of ALST/Ulysses sequence
+parallelism (``ParallelismConfig(sp_size=N, sp_backend="deepspeed", sp_handler=...)``).
+
+Ulysses splits each sequence over ``sp_size`` processes and, around attention, trades the
+sequence split for a split over attention heads (an all-to-all), so every process runs
+ordinary attention on a slice of the heads. It is driven by ``position_ids`` rather than an
+attention mask, which decides the attention implementations it can use.
+
+The configuration is complete and validated here; running it is not wired into accel yet
+(:func:`check_sequence_parallel_runtime` says what is missing and what to use instead).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from accel_state import ConfigurationError
+from accel_state import env as _env
+
+__all__ = ["DeepSpeedSequenceParallelConfig", "SP_ATTN_IMPLEMENTATIONS",
+           "check_sequence_parallel_runtime"]
+
+#: attention implementations Ulysses runs with (besides hub-hosted flash-attn kernels)
+SP_ATTN_IMPLEMENTATIONS = ("sdpa", "flash_attention_2", "flash_attention_3")
+_MASK_BASED = ("eager", "flex_attention")
+
+
+def _is_hub_flash_kernel(name: str) -> bool:
+    """A kernel from the Hub such as ``kernels-community/flash-attn2``."""
+    return "/" in name and "flash-attn" in name
+
+
+@dataclass(kw_only=True)
+class DeepSpeedSequenceParallelConfig:
+    """Options of Ulysses sequence parallelism (``ParallelismConfig(sp_handler=...)``).
+
+    Fields left as None come from Accelerate's ``PARALLELISM_CONFIG_SP_*`` variables (what
+    its launcher and ``accel launch --parallelism_config_sp_*`` write).
+    """
+
+    sp_seq_length: int | None = None
+    """The sequence length every batch has when it is fixed (a multiple of ``sp_size``);
+    optional when it varies (env PARALLELISM_CONFIG_SP_SEQ_LENGTH)."""
+    sp_seq_length_is_variable: bool | None = None
+    """True (default): the length is read from each batch, so batches may differ; False:
+    every batch is padded to ``sp_seq_length`` (env ..._SP_SEQ_LENGTH_IS_VARIABLE)."""
+    sp_attn_implementation: str | None = None
+    """``sdpa``, ``flash_attention_2``, ``flash_attention_3`` or a hub flash-attn kernel
+    (``"org/flash-attn..."``); ``eager`` and ``flex_attention`` need a mask Ulysses does
+    not build (env ..._SP_ATTN_IMPLEMENTATION)."""
+
+    def __post_init__(self) -> None:
+        self.sp_seq_length = self._seq_length()
+        self.sp_seq_length_is_variable = self._is_variable()
+        self.sp_attn_implementation = self._attn_implementation()
+        if not self.sp_seq_length_is_variable and self.sp_seq_length is None:
+            raise ConfigurationError(
+                "DeepSpeedSequenceParallelConfig(sp_seq_length_is_variable=False) needs "
+                "sp_seq_length (the padded length of every batch): set it, or leave "
+                "sp_seq_length_is_variable=True to take each batch's length.")
+
+    def _seq_length(self) -> int | None:
+        value, where = self.sp_seq_length, "sp_seq_length"
+        if value is None:
+            found = _env.PARALLELISM_CONFIG_SP_SEQ_LENGTH.raw()
+            if found is None or not found[1].strip():
+                return None
+            where, value = f"{found[0]} (env)", found[1].strip()
+        try:
+            number = int(value) if not isinstance(value, (bool, float)) else None
+        except (TypeError, ValueError):
+            number = None
+        if number is None or number < 1:
+            raise ConfigurationError(f"DeepSpeedSequenceParallelConfig {where}={value!r} must be "
+                                     "a whole number of tokens >= 1 (or None when lengths vary).")
+        return number
+
+    def _is_variable(self) -> bool:
+        value = self.sp_seq_length_is_variable
+        if value is None:
+            return _env.PARALLELISM_CONFIG_SP_SEQ_LENGTH_IS_VARIABLE.get_bool(True)
+        if not isinstance(value, bool):
+            raise ConfigurationError(f"DeepSpeedSequenceParallelConfig(sp_seq_length_is_variable="
+                                     f"{value!r}) must be True or False.")
+        return value
+
+    def _attn_implementation(self) -> str | None:
+        value, where = self.sp_attn_implementation, "sp_attn_implementation"
+        if value is None:
+            found = _env.PARALLELISM_CONFIG_SP_ATTN_IMPLEMENTATION.raw()
+            if found is None or not found[1].strip():
+                return None
+            where, value = f"{found[0]} (env)", found[1].strip()
+        if not isinstance(value, str):
+            raise ConfigurationError(f"DeepSpeedSequenceParallelConfig {where}={value!r} must be "
+                                     f"a string: one of {', '.join(SP_ATTN_IMPLEMENTATIONS)}.")
+        if value in _MASK_BASED:
+            raise ConfigurationError(
+                f"DeepSpeedSequenceParallelConfig {where}={value!r} is not supported: Ulysses "
+                "attends by position_ids, not by an attention mask, which this implementation "
+                "needs. Use flash_attention_2 / flash_attention_3 (correct for packed samples) "
+                "or sdpa.")
+        if value not in SP_ATTN_IMPLEMENTATIONS and not _is_hub_flash_kernel(value):
+            raise ConfigurationError(
+                f"DeepSpeedSequenceParallelConfig {where}={value!r} is not known: use one of "
+                f"{', '.join(SP_ATTN_IMPLEMENTATIONS)}, or a hub flash-attn kernel such as "
+                "'kernels-community/flash-attn2'.")
+        return value
+
+    def check_sp_size(self, sp_size: int) -> None:
+        """The fixed sequence length must split evenly over ``sp_size`` processes."""
+        if self.sp_seq_length is not None and self.sp_seq_length % sp_size:
+            raise ConfigurationError(
+                f"DeepSpeedSequenceParallelConfig(sp_seq_length={self.sp_seq_length}) does not "
+                f"split over sp_size={sp_size} processes: use a multiple of {sp_size} (pad "
+                f"batches with pad_to_multiple_of={sp_size}).")
+
+
+def check_sequence_parallel_runtime(config: Any) -> None:
+    """Refuse a configuration with ``sp_size > 1``: accel does not run Ulysses yet.
+
+    What it would take: DeepSpeed >= 0.18.1's ``UlyssesSPAttentionHF`` registered with the
+    model's attention and its ``UlyssesSPDataLoaderAdapter`` around each dataloader, set up by
+    the DeepSpeed strategy from ``sp_handler`` before ``deepspeed.initialize``.
+    """
+    if getattr(config, "sp_size", 1) <= 1:
+        return
+    raise ConfigurationError(
+        f"ParallelismConfig(sp_size={config.sp_size}, sp_backend={config.sp_backend!r}) asks "
+        "for ALST/Ulysses sequence parallelism, which accel does not run yet: it needs "
+        "DeepSpeed's Ulysses attention (deepspeed>=0.18.1, UlyssesSPAttentionHF) and its "
+        "sequence-sharding dataloader adapter wired into accel's DeepSpeed strategy. Use "
+        "sp_size=1 with cp_size=N (context parallelism for long sequences, CUDA) or tp_size "
+        "with 'sequence_parallel' plan entries; or run this script with Hugging Face Accelerate.")
