@@ -130,6 +130,25 @@ def test_gradient_state_tracks_dataloaders_and_plugin():
     assert not GradientState().sync_gradients
 
 
+def test_gradient_state_advance_marks_cycle_ends_and_the_dataloader_end():
+    from accel_state import GradientAccumulationPlugin
+
+    gs = GradientState(GradientAccumulationPlugin(num_steps=3))
+    step, syncs = 0, []
+    for _ in range(6):
+        step = gs._advance(step)
+        syncs.append(gs.sync_gradients)
+    assert syncs == [False, False, True, False, False, True] and step == 6
+
+    class Last:
+        end_of_dataloader = True
+
+    gs._add_dataloader(Last())
+    assert gs._advance(1) == 0 and gs.sync_gradients  # the last batch always ends a cycle
+    gs.plugin_kwargs["sync_with_dataloader"] = False
+    assert gs._advance(1) == 2 and not gs.sync_gradients  # unless told not to
+
+
 def test_gradient_accumulation_plugin_validates_num_steps():
     from accel_state import GradientAccumulationPlugin
 

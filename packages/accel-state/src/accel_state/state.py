@@ -371,6 +371,18 @@ class GradientState:
     def _set_sync_gradients(self, sync_gradients: bool) -> None:
         self.sync_gradients = sync_gradients
 
+    def _advance(self, step: int) -> int:
+        """``accumulate()``'s rule for one batch, in one call since it runs on every
+        micro-step: the batch ends a cycle (``sync_gradients``) every ``num_steps`` batches,
+        and on the last batch of the active dataloader when ``sync_with_dataloader``.
+        Returns the batch count after this one (0 once a dataloader's end reset it)."""
+        if self.sync_with_dataloader and self.end_of_dataloader:
+            self.sync_gradients = True
+            return 0
+        step += 1
+        self.sync_gradients = step % self.num_steps == 0
+        return step
+
     def _add_dataloader(self, dataloader: Any) -> None:
         """A dataloader started iterating: it becomes the active one (nesting is supported)."""
         self.active_dataloader = dataloader

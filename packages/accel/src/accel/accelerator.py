@@ -266,13 +266,7 @@ class Accelerator(ProcessMixin, PrecisionMixin, DataMixin, _ckpt.CheckpointingMi
         return _Accumulation(self, models)
 
     def _do_sync(self) -> None:
-        state = self.gradient_state
-        if state.sync_with_dataloader and state.end_of_dataloader:
-            self.step = 0
-            state._set_sync_gradients(True)
-        else:
-            self.step += 1
-            state._set_sync_gradients(self.step % state.num_steps == 0)
+        self.step = self.gradient_state._advance(self.step)
 
     def no_sync(self, model: torch.nn.Module) -> contextlib.AbstractContextManager[None]:
         """Skip the gradient all-reduce inside the block (local accumulation)."""
@@ -324,8 +318,8 @@ class _Accumulation:
 
     def __enter__(self) -> Any:
         accelerator = self.accelerator
-        accelerator._do_sync()
         state = accelerator.gradient_state
+        accelerator.step = state._advance(accelerator.step)
         self.context = accelerator._strategy.accumulation_context(
             self.models, state.sync_gradients or state.sync_each_batch)
         return self.context.__enter__()
