@@ -121,16 +121,63 @@ def test_environment_fills_unset_fields(monkeypatch):
         "gradient_accumulation_steps"] == 5  # an argument wins over the variable
 
 
-def test_environment_config_file_and_bad_value(monkeypatch, tmp_path):
+def test_environment_offload_nvme_and_moe_variables(monkeypatch):
+    monkeypatch.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", "3")
+    monkeypatch.setenv("ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE", "nvme")
+    monkeypatch.setenv("ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_NVME_PATH", "/nvme/opt")
+    monkeypatch.setenv("ACCEL_DEEPSPEED_OFFLOAD_PARAM_DEVICE", "nvme")  # accel's own spelling
+    monkeypatch.setenv("ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_NVME_PATH", "/nvme/param")
+    monkeypatch.setenv("ACCELERATE_DEEPSPEED_MOE_LAYER_CLS_NAMES", "Expert,Router")
+    plugin = DeepSpeedPlugin()
+    zero = plugin.deepspeed_config["zero_optimization"]
+    assert zero["offload_optimizer"] == {"device": "nvme", "nvme_path": "/nvme/opt"}
+    assert zero["offload_param"] == {"device": "nvme", "nvme_path": "/nvme/param"}
+    assert plugin.transformer_moe_cls_names == "Expert,Router"
+
+
+def test_environment_next_to_a_json_fills_its_autos_and_conflicts_name_the_variable(
+        monkeypatch, tmp_path):
     path = tmp_path / "ds.json"
-    path.write_text(json.dumps({"zero_optimization": {"stage": 1}}))
+    path.write_text(json.dumps({"gradient_accumulation_steps": "auto",
+                                "zero_optimization": {"stage": 1,
+                                                      "offload_optimizer": {"device": "cpu"}}}))
     monkeypatch.setenv("ACCELERATE_DEEPSPEED_CONFIG_FILE", str(path))
-    monkeypatch.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", "3")  # ignored next to a JSON
-    assert DeepSpeedPlugin().zero_stage == 1
+    # what `accel launch --deepspeed_config_file ds.json --gradient_accumulation_steps 4` sets
+    monkeypatch.setenv("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "4")
+    monkeypatch.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", "1")
+    monkeypatch.setenv("ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE", "cpu")
+    plugin = DeepSpeedPlugin()
+    assert plugin.zero_stage == 1 and plugin.get_value("gradient_accumulation_steps") == 4
+    monkeypatch.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", "3")  # never a silent winner
+    with pytest.raises(ConfigurationError, match=r"environment variable "
+                       r"ACCELERATE_DEEPSPEED_ZERO_STAGE='3' \(DeepSpeedPlugin.zero_stage\) but "
+                       r"the DeepSpeed JSON \(hf_ds_config\) says stage=1"):
+        DeepSpeedPlugin()
+    monkeypatch.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", "1")
+    monkeypatch.setenv("ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE", "none")
+    with pytest.raises(ConfigurationError, match=r"OFFLOAD_OPTIMIZER_DEVICE='none'.*device='cpu'"):
+        DeepSpeedPlugin()
+    monkeypatch.delenv("ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE")
+    monkeypatch.setenv("ACCELERATE_DEEPSPEED_ZERO3_INIT", "true")
+    with pytest.warns(UserWarning, match=r"ACCELERATE_DEEPSPEED_ZERO3_INIT='true'.*only "
+                      r"applies to ZeRO stage 3 \(the config has stage 1\)"):
+        assert DeepSpeedPlugin().zero3_init_flag is False
     monkeypatch.delenv("ACCELERATE_DEEPSPEED_CONFIG_FILE")
+    monkeypatch.delenv("ACCELERATE_DEEPSPEED_ZERO3_INIT")
     monkeypatch.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", "three")
     with pytest.raises(ConfigurationError, match="ACCELERATE_DEEPSPEED_ZERO_STAGE='three'"):
         DeepSpeedPlugin()
+
+
+def test_nvme_path_next_to_a_json_fills_or_conflicts():
+    json_config = {"zero_optimization": {"stage": 3, "offload_param": {
+        "device": "nvme", "nvme_path": "auto"}}}
+    plugin = DeepSpeedPlugin(hf_ds_config=json_config, offload_param_nvme_path="/fast")
+    assert plugin.get_value("zero_optimization.offload_param.nvme_path") == "/fast"
+    json_config["zero_optimization"]["offload_param"]["nvme_path"] = "/slow"
+    with pytest.raises(ConfigurationError, match=r"offload_param_nvme_path='/fast'.*"
+                       r"nvme_path='/slow'"):
+        DeepSpeedPlugin(hf_ds_config=json_config, offload_param_nvme_path="/fast")
 
 
 # -- bad values --------------------------------------------------------------------------------
@@ -144,16 +191,23 @@ def test_environment_config_file_and_bad_value(monkeypatch, tmp_path):
     ({"offload_param_device": "cpu", "zero_stage": 2}, r"needs zero_stage=3"),
     ({"enable_msamp": True}, r"MS-AMP"),
     ({"msamp_opt_level": "O1"}, r"MS-AMP"),
-    ({"zero3_init_flag": True, "zero_stage": 2}, r"zero3_init_flag=True\) needs ZeRO stage 3"),
     ({"hf_ds_config": 42}, r"hf_ds_config=42"),
     ({"hf_ds_config": "/no/such/ds.json"}, r"no such file"),
     ({"hf_ds_config": {"zero_optimization": {"stage": 7}}}, r"stage=7"),
     ({"hf_ds_config": {"zero_optimization": {"offload_param": {"device": "disk"}}}},
      r"offload_param.device='disk'"),
+    ({"hf_ds_config": {"zero_optimization": {"stage": 2, "offload_param": {"device": "cpu"}}}},
+     r"offload_param.device='cpu' needs ZeRO stage 3 \(the config has stage 2\)"),
 ])
 def test_bad_values_are_refused(kwargs, match):
     with pytest.raises(ConfigurationError, match=match):
         DeepSpeedPlugin(**kwargs)
+
+
+def test_zero3_init_flag_below_stage_3_is_turned_off_with_a_warning():
+    with pytest.warns(UserWarning, match=r"zero3_init_flag=True\) only applies to ZeRO stage 3"):
+        plugin = DeepSpeedPlugin(zero3_init_flag=True, zero_stage=2)
+    assert plugin.zero3_init_flag is False  # as Accelerate does: the config still runs
 
 
 def test_bad_json_files(tmp_path):
@@ -394,7 +448,8 @@ def test_step_hooks_that_need_no_engine(state):
 
 
 # -- with DeepSpeed: one process ---------------------------------------------------------------
-def test_one_process_engine_trains_and_refuses_other_clip_norms(state, ds_group, monkeypatch):
+def test_one_process_engine_trains_and_refuses_other_clip_norms(state, ds_group, monkeypatch,
+                                                                tmp_path):
     monkeypatch.setenv("ACCEL_DEEPSPEED_SHM_COMM", "0")
     monkeypatch.setenv("LOCAL_RANK", "0")  # removed again afterwards
     from accel_state import GradientState
@@ -422,7 +477,28 @@ def test_one_process_engine_trains_and_refuses_other_clip_norms(state, ds_group,
     with pytest.raises(ConfigurationError, match="already prepared a model"):
         strategy.prepare(_request(models=[torch.nn.Linear(4, 1)],
                                   optimizers=[torch.optim.SGD(model.parameters(), lr=0.1)]))
-    assert type(strategy.checkpoint_format([model])).__name__ == "DeepSpeedWriter"
+    writer = strategy.checkpoint_format([model])
+    assert type(writer).__name__ == "DeepSpeedWriter"
+    # what the writer refuses, before DeepSpeed writes or reads anything
+    stranger = torch.nn.Linear(4, 1)
+    with pytest.raises(ConfigurationError, match=r"'other' \(Linear\) was not prepared by "
+                       "DeepSpeed"):
+        writer.save(tmp_path, {"model": engine, "other": stranger}, 0, 1)
+    with pytest.raises(ConfigurationError, match=r"'optimizer' \(SGD\) is not the optimizer of "
+                       "a DeepSpeed engine"):
+        writer.save(tmp_path, {"model": engine,
+                               "optimizer": torch.optim.SGD(stranger.parameters(), lr=0.1)}, 0, 1)
+    with pytest.raises(ConfigurationError, match=r"is not the optimizer of a DeepSpeed engine "
+                       "saved with it"):
+        writer.save(tmp_path, {"optimizer": prepared.optimizers[0]}, 0, 1)
+    with pytest.raises(ConfigurationError, match=r"holds no DeepSpeed checkpoint for 'model'"):
+        writer.load(tmp_path, {"model": engine}, 0, 1)
+    with pytest.raises(ConfigurationError, match="Linear was not prepared by DeepSpeed"):
+        writer.full_state_dict(stranger)
+    assert not list(tmp_path.iterdir())  # nothing was written
+    full = writer.full_state_dict(engine)
+    assert torch.equal(full["weight"], model.weight.detach())
+    assert full["weight"].data_ptr() != model.weight.data_ptr()  # a copy
 
 
 class _Hostile:
@@ -451,8 +527,10 @@ def test_deepspeed_files_are_read_with_an_allow_list(tmp_path):
 
 
 def test_two_named_plugins_drive_two_engines(state, ds_group, monkeypatch):
-    """Accelerate's multi-model form: each prepare uses the selected plugin; backward goes to
-    the selected plugin's engine; a teacher prepared for evaluation needs no optimizer."""
+    """Accelerate's multi-model form (its knowledge-distillation guide): each prepare uses the
+    selected plugin; a teacher prepared for evaluation needs no optimizer; backward goes to
+    the engine prepared with an optimizer even while the teacher's plugin is selected; with
+    two trained engines, to the selected plugin's."""
     monkeypatch.setenv("ACCEL_DEEPSPEED_SHM_COMM", "0")
     monkeypatch.setenv("LOCAL_RANK", "0")
     from accel_state import GradientState
@@ -460,7 +538,8 @@ def test_two_named_plugins_drive_two_engines(state, ds_group, monkeypatch):
     GradientState._reset_state()
     GradientState()
     student, teacher = DeepSpeedPlugin(zero_stage=2), DeepSpeedPlugin(zero_stage=3)
-    family = {"student": student, "teacher": teacher}
+    other = DeepSpeedPlugin(zero_stage=1)
+    family = {"student": student, "teacher": teacher, "other": other}
     for plugin in family.values():
         plugin._family = family
     strategy = DeepSpeedStrategy(state, plugins=family)
@@ -478,7 +557,66 @@ def test_two_named_plugins_drive_two_engines(state, ds_group, monkeypatch):
     assert "optimizer" not in strategy.configs["teacher"]
     with pytest.raises(ConfigurationError, match="already prepared a model"):
         strategy.prepare(_request(models=[torch.nn.Linear(4, 1)], evaluation_mode=True))
-    student.select()
+    # the guide's loop: the teacher stays selected, the loss is the student's
     before = model.weight.detach().clone()
     strategy.backward(prepared.models[0](next(iter(loader))).pow(2).mean())
     assert not torch.equal(before, model.weight)  # the student's engine stepped
+    # a second trained model: backward follows the selected plugin
+    other.select()
+    second = torch.nn.Linear(4, 1)
+    other_prepared = strategy.prepare(_request(
+        models=[second], optimizers=[torch.optim.SGD(second.parameters(), 0.1)]))
+    before = second.weight.detach().clone()
+    strategy.backward(other_prepared.models[0](next(iter(loader))).pow(2).mean())
+    assert not torch.equal(before, second.weight)
+    teacher.select()
+    with pytest.raises(ConfigurationError, match=r"Several DeepSpeed engines train \(student, "
+                       r"other\) and the selected plugin 'teacher' is none of them"):
+        strategy.backward(prepared.models[0](next(iter(loader))).pow(2).mean())
+
+
+def test_offload_turns_torch_adam_and_adagrad_into_deepspeed_cpu_optimizers(monkeypatch):
+    """As Accelerate does; the real CPU optimizers compile a C++ op (minutes: the slow
+    test), their constructor arguments are the contract checked here."""
+    pytest.importorskip("deepspeed")
+    import deepspeed.ops.adagrad as ds_adagrad
+    import deepspeed.ops.adam as ds_adam
+    from accel_parallel.deepspeed import _cpu_optimizer_for_offload
+
+    class Fake:
+        def __init__(self, params, **kwargs):
+            self.params, self.kwargs = params, kwargs
+
+    monkeypatch.setattr(ds_adam, "DeepSpeedCPUAdam", type("DeepSpeedCPUAdam", (Fake,), {}))
+    monkeypatch.setattr(ds_adagrad, "DeepSpeedCPUAdagrad", type("DeepSpeedCPUAdagrad", (Fake,), {}))
+    params = [torch.nn.Parameter(torch.ones(2))]
+    offload = {"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}
+    adamw = torch.optim.AdamW(params, lr=0.01, weight_decay=0.1)
+    mapped = _cpu_optimizer_for_offload(adamw, offload)
+    assert type(mapped).__name__ == "DeepSpeedCPUAdam"
+    assert mapped.params is adamw.param_groups and mapped.kwargs["adamw_mode"] is True
+    assert (mapped.kwargs["lr"], mapped.kwargs["weight_decay"]) == (0.01, 0.1)
+    adagrad = torch.optim.Adagrad(params, lr=0.5)
+    assert type(_cpu_optimizer_for_offload(adagrad, offload)).__name__ == "DeepSpeedCPUAdagrad"
+    sgd = torch.optim.SGD(params, lr=0.1)
+    assert _cpu_optimizer_for_offload(sgd, offload) is sgd  # DeepSpeed names what it accepts
+    opted_out = {**offload, "zero_force_ds_cpu_optimizer": False}
+    assert _cpu_optimizer_for_offload(adamw, opted_out) is adamw
+    assert _cpu_optimizer_for_offload(adamw, {"zero_optimization": {"stage": 2}}) is adamw
+
+
+def test_moe_classes_become_zero3_leaf_modules():
+    pytest.importorskip("deepspeed")
+
+    class Expert(torch.nn.Linear):
+        pass
+
+    model = torch.nn.Sequential(Expert(2, 2), torch.nn.Linear(2, 2))
+    DeepSpeedPlugin(zero_stage=3, transformer_moe_cls_names="Expert").set_moe_leaf_modules(model)
+    assert getattr(model[0], "_z3_leaf", False) is True
+    assert not getattr(model[1], "_z3_leaf", False)
+    with pytest.raises(ConfigurationError, match=r"names \['Router'\], which the model "
+                       "Sequential does not contain"):
+        DeepSpeedPlugin(zero_stage=3,
+                        transformer_moe_cls_names="Expert, Router").set_moe_leaf_modules(model)
+    DeepSpeedPlugin(zero_stage=3).set_moe_leaf_modules(model)  # no names: nothing to do

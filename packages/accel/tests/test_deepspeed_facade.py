@@ -55,6 +55,17 @@ def test_mixed_precision_conflict_names_both():
 
 
 @needs_deepspeed
+def test_fp16_on_cpu_names_where_it_comes_from():
+    with pytest.raises(ConfigurationError, match=r"fp16 does not run on CPU: "
+                       r"Accelerator\(mixed_precision='fp16'\) enables it"):
+        Accelerator(cpu=True, mixed_precision="fp16", deepspeed_plugin={"zero_stage": 2})
+    with pytest.raises(ConfigurationError, match=r"fp16 does not run on CPU: the DeepSpeed config "
+                       r"of plugin 'default' \(fp16.enabled=true\) enables it"):
+        Accelerator(cpu=True, deepspeed_plugin=DeepSpeedPlugin(hf_ds_config={
+            "fp16": {"enabled": True}}))
+
+
+@needs_deepspeed
 def test_named_plugins_are_told_apart_from_a_dict_of_fields():
     student, teacher = DeepSpeedPlugin(zero_stage=2), DeepSpeedPlugin(zero_stage=3)
     accelerator = Accelerator(cpu=True, deepspeed_plugin={"student": student,
@@ -87,11 +98,21 @@ def test_bad_deepspeed_arguments(kwargs, match):
 
 
 @needs_deepspeed
-def test_environment_enables_deepspeed_and_conflicts_with_fsdp(monkeypatch):
+def test_environment_enables_deepspeed_and_conflicts_with_fsdp(monkeypatch, tmp_path):
     monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
     monkeypatch.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", "1")
     accelerator = Accelerator(cpu=True)
     assert accelerator.strategy.plugin.zero_stage == 1
+    # what `accel launch --config_file ds.json` hands the script: the JSON is the config
+    import json
+
+    ds_json = tmp_path / "ds.json"
+    ds_json.write_text(json.dumps({"zero_optimization": {"stage": 1, "reduce_bucket_size": 7},
+                                   "gradient_accumulation_steps": 3}))
+    monkeypatch.setenv("ACCELERATE_DEEPSPEED_CONFIG_FILE", str(ds_json))
+    accelerator = Accelerator(cpu=True)
+    assert accelerator.strategy.plugin.get_value("zero_optimization.reduce_bucket_size") == 7
+    assert accelerator.gradient_accumulation_steps == 3
     monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
     with pytest.raises(ConfigurationError, match="ACCELERATE_USE_FSDP=true"):
         Accelerator(cpu=True)

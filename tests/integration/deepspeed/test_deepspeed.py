@@ -30,8 +30,9 @@ def _run(launch, explain, *args: str, timeout: float = 300) -> str:
 @pytest.mark.multiprocess
 def test_zero_stages_configs_checkpoint_resume(ds_launcher, explain, tmp_path, capsys):
     """ZeRO-1/2/3 fp32/bf16 vs DDP, accumulation 4 vs DDP, offload, "auto" filling, ZeRO-3
-    init + save_model, a save; then a fresh launch resumes (equal to the straight run),
-    refuses the checkpoint without trust_pickles and names a flipped byte in a shard."""
+    init + save_model + rotation, a save; then a fresh launch resumes (equal to the straight
+    run, DeepSpeed's pickles read through an allow-list) and names a flipped byte in a
+    shard; `accel merge-weights` turns the checkpoint into the saved weights."""
     out = _run(ds_launcher, explain, "train", str(tmp_path))
     for marker in TRAIN:
         for rank in (0, 1):
@@ -54,6 +55,7 @@ def _merge_weights(tmp_path: Path, capsys) -> None:
     from safetensors.torch import load_file
 
     checkpoint = tmp_path / "run" / "checkpoints" / "checkpoint_0"
+    _merge_refuses_unlisted_and_corrupt_files(checkpoint, tmp_path)
     argv = ["merge-weights", str(checkpoint), str(tmp_path / "merged")]
     # the refusal comes before DeepSpeed is imported: the CLI's own main, in this process
     capsys.readouterr()
@@ -70,6 +72,30 @@ def _merge_weights(tmp_path: Path, capsys) -> None:
     assert got.keys() == want.keys()
     for key in want:
         assert torch.equal(got[key], want[key]), key
+
+
+def _merge_refuses_unlisted_and_corrupt_files(checkpoint: Path, tmp_path: Path) -> None:
+    """DeepSpeed's zero_to_fp32 reads every file of the folder: a file the manifest does not
+    list, or a listed one that changed, is refused before DeepSpeed is imported."""
+    import shutil
+
+    from accel_checkpoint.errors import CheckpointError, CorruptCheckpointError
+    from accel_checkpoint.merge_deepspeed import merge_deepspeed_weights
+
+    stray = tmp_path / "stray"
+    shutil.copytree(checkpoint, stray)
+    (stray / "deepspeed" / "model" / "extra_states.pt").write_bytes(b"not listed")
+    with pytest.raises(CheckpointError, match=r"does not list \(deepspeed/model/extra_states"):
+        merge_deepspeed_weights(stray, tmp_path / "out", trust_pickles=True)
+    corrupt = tmp_path / "corrupt"
+    shutil.copytree(checkpoint, corrupt)
+    shard = corrupt / "deepspeed" / "model" / "zero_pp_rank_0_mp_rank_00_optim_states.pt"
+    raw = bytearray(shard.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    shard.write_bytes(bytes(raw))
+    with pytest.raises(CorruptCheckpointError, match="zero_pp_rank_0_mp_rank_00_optim_states"):
+        merge_deepspeed_weights(corrupt, tmp_path / "out", trust_pickles=True)
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.multiprocess

@@ -1,12 +1,14 @@
 """DeepSpeed through the unchanged facade, in 2 processes (gloo): many checks per launch.
 
-``train OUT``: ZeRO-1/2/3 in fp32 and bf16 against DDP (same seeded model and data); the
-plain-dict spelling with accumulation 4 against DDP with accumulation 4; a JSON with
-"auto" values (resolved config asserted, DummyOptim/DummyScheduler); ZeRO-2 with optimizer
-offload; ZeRO-3 with ``zero3_init_flag``, ``get_state_dict``, ``save_model`` and a checkpoint
-round trip; then the
-first half of save -> kill -> resume: ZeRO-2 saves after 3 steps, trains on to the end
-(the straight run, written to OUT/straight.pt), and the process exits without cleanup.
+``train OUT``: ZeRO-1/2/3 in fp32 and bf16 against DDP (same seeded model and data; the
+gathered bf16 state dict stays bf16); the plain-dict spelling with accumulation 4 against
+DDP with accumulation 4 (one engine and scheduler step per 4 batches, ``no_sync`` a no-op);
+a JSON with "auto" values (resolved config asserted, DummyOptim/DummyScheduler); ZeRO-2
+with optimizer offload; ZeRO-3 with ``zero3_init_flag`` (through
+``accelerator.state.deepspeed_plugin``), ``get_state_dict``, ``save_model``, a checkpoint
+round trip and rotation (``total_limit``); then the first half of save -> kill -> resume:
+ZeRO-2 saves after 3 steps, trains on to the end (the straight run, written to
+OUT/straight.pt), and the process exits without cleanup.
 
 ``cpu_adam OUT`` (slow): ZeRO-2 optimizer offload with a torch AdamW, turned into
 DeepSpeed's CPU Adam (compiles cpu_adam), against DDP.
@@ -105,15 +107,24 @@ def ddp_run(accumulation: int = 1) -> dict[str, torch.Tensor]:
     return {k: v.float().clone() for k, v in accelerator.unwrap_model(model).state_dict().items()}
 
 
-def ds_run(plugin, mixed_precision: str = "no", accumulation: int = 1):
+def ds_run(plugin, mixed_precision: str = "no", accumulation: int = 1,
+           constant_scheduler: bool = False):
+    """``constant_scheduler``: with a LambdaLR of factor 1 (the weights stay DDP's), to count
+    how often the engine steps it."""
     accelerator = Accelerator(cpu=True, mixed_precision=mixed_precision,
                               gradient_accumulation_steps=accumulation, deepspeed_plugin=plugin)
     model = fresh()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     loader = DataLoader(data(), batch_size=BATCH)
-    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    if constant_scheduler:
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+        model, optimizer, scheduler, loader = accelerator.prepare(model, optimizer, scheduler,
+                                                                  loader)
+    else:
+        scheduler = None
+        model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
     assert type(model).__name__ == "DeepSpeedEngine", type(model)
-    train(accelerator, model, optimizer, loader)
+    train(accelerator, model, optimizer, loader, scheduler=scheduler)
     return accelerator, model
 
 
@@ -135,9 +146,12 @@ def check_zero_stages(rank: int, reference: dict) -> None:
             config = accelerator.strategy.configs["default"]
             assert config["zero_optimization"]["stage"] == stage
             assert config["bf16"]["enabled"] == (precision == "bf16"), config
+            state = accelerator.get_state_dict(model)  # ZeRO-3: gathered, 16-bit in bf16
             if precision == "bf16":
                 assert next(accelerator.unwrap_model(model).parameters()).dtype == torch.bfloat16
-            close(weights(accelerator, model), reference, atol, f"ZeRO-{stage} {precision}")
+                assert all(v.dtype == torch.bfloat16 for v in state.values()), state
+            close({k: v.float() for k, v in state.items()}, reference, atol,
+                  f"ZeRO-{stage} {precision}")
     print(f"ZERO-STAGES-OK rank={rank}", flush=True)
 
 
@@ -145,12 +159,16 @@ def check_accumulation(rank: int) -> None:
     reference = ddp_run(accumulation=4)
     # the plain-dict spelling: its accumulation count becomes the Accelerator's
     accelerator, model = ds_run({"zero_stage": 2, "offload_optimizer": False,
-                                 "gradient_accumulation_steps": 4})
+                                 "gradient_accumulation_steps": 4}, constant_scheduler=True)
     assert accelerator.gradient_accumulation_steps == 4
     config = accelerator.strategy.configs["default"]
     assert (config["gradient_accumulation_steps"], config["train_micro_batch_size_per_gpu"],
             config["train_batch_size"]) == (4, BATCH, BATCH * 4 * 2), config
     assert model.global_steps == STEPS, model.global_steps  # one engine step per 4 batches
+    # the scheduler too: stepped by the engine at each boundary, scheduler.step() a no-op
+    assert model.lr_scheduler.last_epoch == STEPS, model.lr_scheduler.last_epoch
+    with accelerator.no_sync(model):  # a no-op (DeepSpeed's own no_sync refuses ZeRO-2)
+        pass
     close(weights(accelerator, model), reference, 2e-5, "accumulation 4")
     print(f"ACCUMULATION-OK rank={rank}", flush=True)
 
@@ -207,8 +225,11 @@ def check_auto_config(rank: int) -> None:
 
 def check_zero3_init(rank: int, out: Path) -> None:
     plugin = DeepSpeedPlugin(zero_stage=3, zero3_init_flag=True)
-    accelerator = Accelerator(cpu=True, deepspeed_plugin=plugin)
-    with plugin.zero3_init_context_manager():
+    project = ProjectConfiguration(str(out / "zero3"), automatic_checkpoint_naming=True,
+                                   total_limit=2)
+    accelerator = Accelerator(cpu=True, deepspeed_plugin=plugin, project_config=project)
+    # Accelerate's spelling of the same context
+    with accelerator.state.deepspeed_plugin.zero3_init_context_manager():
         torch.manual_seed(0)
         model = Net()
     assert all(hasattr(p, "ds_id") and p.numel() == 0 for p in model.parameters())
@@ -226,13 +247,22 @@ def check_zero3_init(rank: int, out: Path) -> None:
     saved = load_file(str(out / "zero3_model" / "model.safetensors"))
     assert saved["body.2.weight"].shape == (1, 16)
     # a ZeRO-3 checkpoint round trip: train on, load, the weights are the saved ones again
-    path = accelerator.save_state(str(out / "zero3_state"))
+    path = accelerator.save_state()
     at_save = weights(accelerator, model)
     train(accelerator, model, optimizer, loader, steps=1)
     accelerator.load_state(path)
     again = weights(accelerator, model)
     if rank == 0:
         assert all(torch.equal(at_save[k], again[k]) for k in at_save), "ZeRO-3 reload differs"
+    # rotation after each commit: total_limit=2 keeps the two newest, no staging left over
+    accelerator.save_state()
+    accelerator.save_state()
+    accelerator.wait_for_everyone()
+    kept = sorted(p.name for p in (out / "zero3" / "checkpoints").iterdir())
+    assert kept == ["checkpoint_1", "checkpoint_2"], kept
+    for name in kept:
+        manifest = json.loads((out / "zero3" / "checkpoints" / name / "manifest.json").read_text())
+        assert manifest["layout"] == "deepspeed", manifest["layout"]
     print(f"ZERO3-INIT-OK rank={rank}", flush=True)
 
 

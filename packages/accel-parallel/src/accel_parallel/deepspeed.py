@@ -50,18 +50,22 @@ class DeepSpeedStrategy(Strategy):
                  plugins: dict[str, DeepSpeedPlugin] | None = None, **options: Any) -> None:
         super().__init__(state, precision=precision, **options)
         self.plugins = dict(plugins or {"default": DeepSpeedPlugin()})
-        for plugin in self.plugins.values():
+        for name, plugin in self.plugins.items():
             plugin.set_mixed_precision(self.precision.name)
             if plugin.get_value("fp16.enabled") is True and state.device.type == "cpu":
+                source = ("Accelerator(mixed_precision='fp16')" if self.precision.name == "fp16"
+                          else f"the DeepSpeed config of plugin {name!r} (fp16.enabled=true)")
                 raise ConfigurationError(
-                    "DeepSpeed fp16 does not run on CPU (the config or mixed_precision='fp16' "
-                    "enables it, the device is cpu): use bf16 on CPU.")
+                    f"DeepSpeed fp16 does not run on CPU: {source} enables it and the device is "
+                    f"{state.device}. Use bf16 on CPU.")
         if not any(p.selected for p in self.plugins.values()):
             next(iter(self.plugins.values())).select()
         #: engines by the plugin name that built them, in the order prepared
         self.engines: dict[str, Any] = {}
         #: the resolved (auto-filled) config each engine was built from
         self.configs: dict[str, dict[str, Any]] = {}
+        #: the engines prepared with an optimizer (not a teacher prepared for evaluation)
+        self._trained: dict[str, Any] = {}
         self._micro_batch: int | None = None
         self._step_skipped = False
 
@@ -207,19 +211,35 @@ class DeepSpeedStrategy(Strategy):
         engine, ds_optimizer, _, ds_scheduler = deepspeed.initialize(**kwargs)
         self.engines[name] = engine
         self.configs[name] = filled
+        # given an optimizer (ds_optimizer is no sign: ZeRO-3 returns its offload manager)
+        if optimizer is not None and not evaluation_mode:
+            self._trained[name] = engine
         return engine, ds_optimizer, ds_scheduler
 
     # -- the step: the engine's ---------------------------------------------------------------
     def _engine(self) -> Any:
+        """The engine ``backward`` drives: the one prepared with an optimizer, whichever
+        plugin is selected (as in Accelerate, where a teacher prepared for evaluation after
+        the student never takes the student's backward), else the only one; with several
+        trained engines, the selected plugin's."""
+        trained = self._trained
+        if len(trained) == 1:
+            return next(iter(trained.values()))
+        if not trained and len(self.engines) == 1:
+            return next(iter(self.engines.values()))
         if not self.engines:
             raise ConfigurationError("No DeepSpeed engine yet: accelerator.prepare(model, "
                                      "optimizer, ...) first.")
-        if len(self.engines) == 1:
-            return next(iter(self.engines.values()))
-        engine = self.engines.get(self.plugin_name)
+        engine = trained.get(self.plugin_name)
         if engine is None:
-            raise ConfigurationError(f"The selected DeepSpeed plugin {self.plugin_name!r} has "
-                                     "prepared no model: select() the plugin of this model.")
+            if not trained:
+                raise ConfigurationError(
+                    f"None of the DeepSpeed engines ({', '.join(self.engines)}) was prepared "
+                    "with an optimizer: prepare the model you train together with its optimizer.")
+            raise ConfigurationError(
+                f"Several DeepSpeed engines train ({', '.join(trained)}) and the selected plugin "
+                f"{self.plugin_name!r} is none of them: select() the plugin of the model whose "
+                "loss this is before accelerator.backward.")
         return engine
 
     def backward(self, loss: torch.Tensor, *, accumulation_steps: int = 1,
@@ -295,19 +315,17 @@ class DeepSpeedStrategy(Strategy):
 
 
 def _cpu_optimizer_for_offload(optimizer: Any, config: dict[str, Any]) -> Any:
-    """With optimizer offload DeepSpeed wants its CPU Adam (``zero_force_ds_cpu_optimizer``,
-    default true): a torch Adam/AdamW becomes ``DeepSpeedCPUAdam`` with the same groups and
-    hyper-parameters, as Accelerate does (it compiles ``cpu_adam`` once). Set
-    ``"zero_force_ds_cpu_optimizer": false`` to keep the torch optimizer."""
+    """With optimizer offload DeepSpeed wants its CPU optimizer (``zero_force_ds_cpu_optimizer``,
+    default true): a torch Adam/AdamW becomes ``DeepSpeedCPUAdam``, an Adagrad
+    ``DeepSpeedCPUAdagrad``, with the same groups and hyper-parameters, as Accelerate does
+    (DeepSpeed compiles the op once). Set ``"zero_force_ds_cpu_optimizer": false`` to keep
+    the torch optimizer; other types are passed on and DeepSpeed names what it accepts."""
     zero = config.get("zero_optimization") or {}
     device = (zero.get("offload_optimizer") or {}).get("device", "none")
     if device == "none" or not config.get("zero_force_ds_cpu_optimizer", True):
         return optimizer
-    if type(optimizer) not in (torch.optim.Adam, torch.optim.AdamW):
-        return optimizer  # DeepSpeed names what it accepts
-    from deepspeed.ops.adam import DeepSpeedCPUAdam
+    if type(optimizer) not in (torch.optim.Adam, torch.optim.AdamW, torch.optim.Adagrad):
+        return optimizer
+    from accel_parallel.deepspeed_compat import map_pytorch_optim_to_deepspeed
 
-    defaults = optimizer.defaults
-    return DeepSpeedCPUAdam(optimizer.param_groups, lr=defaults["lr"], betas=defaults["betas"],
-                            eps=defaults["eps"], weight_decay=defaults["weight_decay"],
-                            adamw_mode=isinstance(optimizer, torch.optim.AdamW))
+    return map_pytorch_optim_to_deepspeed(optimizer)

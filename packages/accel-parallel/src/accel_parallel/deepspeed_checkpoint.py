@@ -168,25 +168,31 @@ class DeepSpeedWriter:
                 raise DistributedError(f"DeepSpeed could not load {root / tag} on rank {rank}.")
 
     def full_state_dict(self, model: torch.nn.Module) -> dict[str, Any]:
-        """The model's full weights on rank 0 (``{}`` elsewhere); ZeRO-3 parameters are
-        gathered (a collective: call it on every rank). In the engine's dtype (bf16
-        weights stay bf16)."""
+        """The model's full weights on rank 0 (``{}`` elsewhere), on the CPU, in the
+        engine's dtype (bf16 weights stay bf16). ZeRO-3 parameters are gathered one layer
+        at a time and kept on rank 0 only (DeepSpeed's own gather for its 16-bit save), so
+        no rank ever holds the whole model on its device: a collective, call it on every
+        rank."""
         engine = self._engine_of(model)
         if engine is None:
             raise ConfigurationError(f"{type(model).__name__} was not prepared by DeepSpeed.")
-        module = engine.module
         rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
         if engine.zero_optimization_stage() == 3:
-            import deepspeed
-
-            params = list(module.parameters())
-            with deepspeed.zero.GatheredParameters(params, modifier_rank=None):
-                state = ({k: v.detach().to("cpu", copy=True) for k, v in
-                          module.state_dict().items()} if rank == 0 else {})
-            return state
+            state = engine._zero3_consolidated_16bit_state_dict()
+            if rank != 0 or state is None:
+                return {}
+            if engine.device.type != "cpu":
+                return dict(state)  # already copied off the device
+            # on the CPU the tensors may alias DeepSpeed's gather buffers: own copies,
+            # tied weights kept tied
+            copies: dict[int, torch.Tensor] = {}
+            for value in state.values():
+                if id(value) not in copies:
+                    copies[id(value)] = value.clone()
+            return {k: copies[id(v)] for k, v in state.items()}
         if rank != 0:
             return {}
-        return {k: v.detach().to("cpu", copy=True) for k, v in module.state_dict().items()}
+        return {k: v.detach().to("cpu", copy=True) for k, v in engine.module.state_dict().items()}
 
     def __repr__(self) -> str:
         return f"DeepSpeedWriter(engines={list(self.strategy.engines)})"

@@ -10,6 +10,7 @@ strategy sees (:mod:`accel_parallel.deepspeed_config`). Nothing here imports Dee
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -31,9 +32,10 @@ _QUIET = 2**31 - 1  # steps_per_print: DeepSpeed logs nothing by itself
 class DeepSpeedPlugin:
     """Train with DeepSpeed ZeRO (stage 0-3), optionally offloading to CPU / NVMe.
 
-    Fields left ``None`` come from ``ACCELERATE_DEEPSPEED_*`` variables (only without
-    ``hf_ds_config``: a JSON config is complete by itself), then from defaults. The built
-    config is :attr:`deepspeed_config`; its ``"auto"`` values are filled at ``prepare``.
+    Fields left ``None`` come from ``ACCELERATE_DEEPSPEED_*`` variables, then from
+    defaults. Next to a JSON config a field (given or from a variable) fills the JSON's
+    ``"auto"`` or missing key, and one that says otherwise is an error naming both. The
+    built config is :attr:`deepspeed_config`; its ``"auto"`` values are filled at ``prepare``.
     """
 
     hf_ds_config: Any = None
@@ -74,6 +76,8 @@ class DeepSpeedPlugin:
     _offload_options: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False)
     #: the plugins of one ``deepspeed_plugins`` dict, by name (set by the Accelerator)
     _family: dict[str, DeepSpeedPlugin] = field(default_factory=dict, repr=False)
+    #: fields taken from environment variables: field -> ``VARIABLE='value'`` (for errors)
+    _from_env: dict[str, str] = field(init=False, default_factory=dict, repr=False)
     selected: bool = field(default=False, repr=False)
     """Whether this plugin is the one ``prepare`` uses (several named plugins)."""
 
@@ -85,8 +89,7 @@ class DeepSpeedPlugin:
                 "Accelerator(mixed_precision='bf16'), or fp8 through torchao (docs/precision.md).")
         if self.hf_ds_config is None and env.DEEPSPEED_CONFIG_FILE.get():
             self.hf_ds_config = env.DEEPSPEED_CONFIG_FILE.get()
-        if self.hf_ds_config is None:
-            self._fields_from_env()
+        self._fields_from_env()
         self._validate_fields()
         if self.hf_ds_config is not None:
             config = load_json(self.hf_ds_config)
@@ -115,6 +118,7 @@ class DeepSpeedPlugin:
             key, raw = found
             try:
                 setattr(self, name, raw if is_auto(raw) else kind(raw))
+                self._from_env[name] = f"{key}={raw!r}"
             except ValueError:
                 raise ConfigurationError(f"Environment variable {key}={raw!r} is not a valid "
                                          f"{kind.__name__} (DeepSpeedPlugin.{name}).") from None
@@ -122,6 +126,7 @@ class DeepSpeedPlugin:
                           ("zero3_save_16bit_model", env.DEEPSPEED_ZERO3_SAVE_16BIT_MODEL)):
             if getattr(self, name) is None and var.is_set():
                 setattr(self, name, var.get_bool())
+                self._from_env[name] = f"{var.raw()[0]}={var.raw()[1]!r}"
 
     def _validate_fields(self) -> None:
         stage = self.zero_stage
@@ -193,9 +198,12 @@ class DeepSpeedPlugin:
         }
         for kind in ("optimizer", "param"):
             device = getattr(self, f"offload_{kind}_device")
+            path = getattr(self, f"offload_{kind}_nvme_path")
             if device is not None:
                 node = zero.setdefault(f"offload_{kind}", {})
                 given[f"offload_{kind}_device"] = (node, "device", device)
+            if path is not None and f"offload_{kind}" in zero:
+                given[f"offload_{kind}_nvme_path"] = (zero[f"offload_{kind}"], "nvme_path", path)
         if self.zero3_save_16bit_model is not None:
             given["zero3_save_16bit_model"] = (zero, "stage3_gather_16bit_weights_on_model_save",
                                                self.zero3_save_16bit_model)
@@ -207,13 +215,19 @@ class DeepSpeedPlugin:
                 node[key] = value
             elif present != value:
                 raise ConfigurationError(
-                    f"DeepSpeed config conflict: DeepSpeedPlugin({name}={value!r}) but the "
-                    f"DeepSpeed JSON (hf_ds_config) says {key}={present!r}. Remove one of them or "
-                    "make them agree.")
+                    f"DeepSpeed config conflict: {self._source(name, value)} but the DeepSpeed "
+                    f"JSON (hf_ds_config) says {key}={present!r}. Remove one of them or make "
+                    "them agree.")
         if self.zero_stage is None and "stage" in zero and not is_auto(zero["stage"]):
             self.zero_stage = zero["stage"]
         config.setdefault("steps_per_print", _QUIET)
         return config
+
+    def _source(self, name: str, value: Any) -> str:
+        if name in self._from_env:
+            return (f"the environment variable {self._from_env[name]} "
+                    f"(DeepSpeedPlugin.{name})")
+        return f"DeepSpeedPlugin({name}={value!r})"
 
     def _validate_config(self) -> None:
         zero = self.deepspeed_config.get("zero_optimization", {})
@@ -228,10 +242,17 @@ class DeepSpeedPlugin:
                 raise ConfigurationError(
                     f"DeepSpeed config zero_optimization.offload_{kind}.device={device!r} must be "
                     f"one of {', '.join(OFFLOAD_DEVICES)}.")
+            if kind == "param" and device != "none" and stage != 3:
+                raise ConfigurationError(
+                    f"DeepSpeed config zero_optimization.offload_param.device={device!r} needs "
+                    f"ZeRO stage 3 (the config has stage {stage}): only ZeRO-3 partitions "
+                    "parameters.")
         if self.zero3_init_flag and stage != 3:
-            raise ConfigurationError(
-                f"DeepSpeedPlugin(zero3_init_flag=True) needs ZeRO stage 3 (the config has stage "
-                f"{stage}); drop the flag or use zero_stage=3.")
+            # Accelerate warns and drops it: configs written for it (the flag next to a stage-2
+            # JSON) must still run; the flag changes nothing below ZeRO-3
+            warnings.warn(f"{self._source('zero3_init_flag', True)} only applies to ZeRO stage 3 "
+                          f"(the config has stage {stage}): it is turned off.", stacklevel=3)
+            self.zero3_init_flag = False
 
     # -- the plain-dict spelling -------------------------------------------------------------
     @classmethod
