@@ -1,7 +1,8 @@
-"""DeepSpeed's JIT-compiled ops (``cpu_adam``, used by the slow tests) build once into one
-cache every test process shares: ``TORCH_EXTENSIONS_DIR`` (default
-``~/.cache/torch_extensions``, which CI caches). The shared-memory all-reduce op is kept
-out of every launch with ``ACCEL_DEEPSPEED_SHM_COMM=0`` (collectives then use gloo)."""
+"""DeepSpeed's JIT-compiled ops (``cpu_adam``, used only by the slow tests, which run with
+``ACCEL_RUN_SLOW=1``) build once into one cache every test process shares:
+``TORCH_EXTENSIONS_DIR`` (default ``~/.cache/torch_extensions``). The fast suite compiles
+nothing: the shared-memory all-reduce op is kept out of every launch with
+``ACCEL_DEEPSPEED_SHM_COMM=0`` (collectives then use gloo)."""
 
 from __future__ import annotations
 
