@@ -36,7 +36,7 @@ def _no_user_config(tmp_path_factory: pytest.TempPathFactory,
     monkeypatch.setenv("HF_HOME", str(tmp_path_factory.mktemp("hf_home")))
     for name in ("ACCEL_CONFIG_FILE", "ACCELERATE_CONFIG_FILE", "SLURM_STEP_NODELIST",
                  "SLURM_NNODES", "SLURM_JOB_NUM_NODES", "SLURM_JOB_ID", "OMPI_COMM_WORLD_SIZE",
-                 "PMI_SIZE", "MV2_COMM_WORLD_SIZE"):
+                 "PMI_SIZE", "MV2_COMM_WORLD_SIZE", "MASTER_PORT"):
         monkeypatch.delenv(name, raising=False)
 
 

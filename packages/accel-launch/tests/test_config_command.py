@@ -159,6 +159,13 @@ def test_config_update_migrates_old_files(tmp_path: Path) -> None:
     dynamo.write_text((CONFIGS / "accelerate_0_18_dynamo.yaml").read_text())
     update_config(str(dynamo))
     assert yaml.safe_load(dynamo.read_text())["dynamo_config"] == {"dynamo_backend": "INDUCTOR"}
+    renamed = tmp_path / "renamed.yaml"
+    renamed.write_text("distributed_type: FSDP\nfsdp_config:\n  fsdp_backward_prefetch_policy: "
+                       "BACKWARD_POST\nfp8_config:\n  amax_history_length: 16\n")
+    update_config(str(renamed))
+    raw = yaml.safe_load(renamed.read_text())
+    assert raw["fsdp_config"] == {"fsdp_backward_prefetch": "BACKWARD_POST"}
+    assert raw["fp8_config"] == {"amax_history_len": 16}
     with pytest.raises(ConfigurationError, match="nothing to update"):
         update_config(str(tmp_path / "missing.yaml"))
 

@@ -48,6 +48,21 @@ def test_accelerate_configs_of_every_version_load(name: str, expected: dict) -> 
         assert cfg.values[dest] == value, (dest, cfg.values)
 
 
+def test_renamed_keys_keep_their_value(tmp_path: Path) -> None:
+    old = tmp_path / "old_fsdp.yaml"  # Accelerate < 0.27 wrote the prefetch policy so
+    old.write_text("distributed_type: FSDP\nfsdp_config:\n  fsdp_backward_prefetch_policy: "
+                   "BACKWARD_POST\n  fsdp_sharding_strategy: 1\n")
+    assert load_config_from_file(old).values["fsdp_backward_prefetch"] == "BACKWARD_POST"
+    both = tmp_path / "both.yaml"
+    both.write_text("fsdp_config:\n  fsdp_backward_prefetch_policy: BACKWARD_POST\n"
+                    "  fsdp_backward_prefetch: NO_PREFETCH\n")
+    assert load_config_from_file(both).values["fsdp_backward_prefetch"] == "NO_PREFETCH"
+    fp8 = tmp_path / "fp8.yaml"
+    fp8.write_text("fp8_config:\n  amax_history_length: 16\n  amax_compute_algorithm: max\n")
+    values = load_config_from_file(fp8).values
+    assert (values["fp8_amax_history_len"], values["fp8_amax_compute_algo"]) == (16, "max")
+
+
 def test_mpi_hostfile_of_old_configs_is_ignored_with_a_note() -> None:
     cfg = load_config_from_file(CONFIGS / "accelerate_0_28_mpi.yaml")
     assert "mpirun_hostfile" not in cfg.values

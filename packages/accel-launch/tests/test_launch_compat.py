@@ -39,9 +39,16 @@ def test_setup_fp8_env_rejects_bad_arguments():
         setup_fp8_env(argparse.Namespace(fp8_colour="red"), {})
 
 
+def _unset(monkeypatch, *names: str) -> None:
+    """Remove ``names`` now and again after the test (PrepareForLaunch writes them into
+    os.environ; a plain delenv of an absent variable would not undo that)."""
+    for name in names:
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
+
+
 def test_prepare_for_launch_sets_ranks_and_calls_the_function(monkeypatch):
-    for name in ("LOCAL_RANK", "RANK", "FORK_LAUNCHED"):
-        monkeypatch.delenv(name, raising=False)
+    _unset(monkeypatch, "LOCAL_RANK", "RANK", "FORK_LAUNCHED")
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
     monkeypatch.setenv("NODE_RANK", "1")
     seen = {}
@@ -56,8 +63,7 @@ def test_prepare_for_launch_sets_ranks_and_calls_the_function(monkeypatch):
 
 
 def test_prepare_for_launch_without_distribution_sets_no_ranks(monkeypatch):
-    monkeypatch.delenv("RANK", raising=False)
-    monkeypatch.delenv("FORK_LAUNCHED", raising=False)
+    _unset(monkeypatch, "RANK", "FORK_LAUNCHED")
     PrepareForLaunch(lambda: None)(0)
     assert "RANK" not in os.environ
 

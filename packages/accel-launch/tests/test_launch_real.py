@@ -51,9 +51,13 @@ def test_cpu_two_processes_gloo_all_reduce_and_args(tmp_path: Path, run_accel) -
 
 def test_module_form_single_process(tmp_path: Path, run_accel) -> None:
     (tmp_path / "my_train_mod.py").write_text(_WORKER)
-    result = run_accel("launch", "--cpu", "-q", "-m", "my_train_mod", "a", "--b")
+    result = run_accel("launch", "--cpu", "-q", "--log_dir", str(tmp_path / "logs"), "--tee",
+                       "3", "--role", "trainer", "-m", "my_train_mod", "a", "--b")
     assert result.returncode == 0, result
     assert "starting" not in result.stderr  # --quiet
+    # --log_dir/--tee: torch's elastic agent wrote the worker's streams to files there
+    logs = {p.name for p in (tmp_path / "logs").rglob("*.log")}
+    assert {"stdout.log", "stderr.log"} <= logs, logs
     rec = json.loads((tmp_path / "rank0.json").read_text())
     assert rec["WORLD_SIZE"] == "1" and rec["argv"] == ["a", "--b"] and rec["sum"] == 1.0
     assert rec["ACCEL_MIXED_PRECISION"] is None and rec["ACCEL_DEBUG_MODE"] is None

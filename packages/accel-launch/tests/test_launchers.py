@@ -70,6 +70,54 @@ def test_launcher_refusals(monkeypatch: pytest.MonkeyPatch) -> None:
         notebook_launcher(print, num_processes=2)
 
 
+def test_notebook_launcher_refuses_when_cuda_is_initialised(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+    from accel_state import PartialState
+
+    monkeypatch.setattr(PartialState, "_shared_state", {}, raising=False)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    for launch in (lambda: notebook_launcher(print, num_processes=2),
+                   lambda: debug_launcher(print, num_processes=2)):
+        with pytest.raises(ConfigurationError) as err:
+            launch()
+        assert "CUDA was initialised in this process" in str(err.value)
+        assert "restart the kernel" in str(err.value)
+
+
+def test_notebook_launcher_arguments_reach_the_elastic_agent(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+    import torch.distributed.launcher.api as api
+    from accel_state import PartialState
+
+    seen: dict = {}
+
+    def fake_elastic_launch(config, entrypoint):
+        def run(*args):
+            seen.update(config=config, entrypoint=entrypoint, args=args,
+                        env={k: os.environ.get(k) for k in
+                             ("FORK_LAUNCHED", "ACCEL_MIXED_PRECISION", "ACCEL_USE_CPU")})
+        return run
+
+    monkeypatch.setattr(PartialState, "_shared_state", {}, raising=False)
+    monkeypatch.setattr(api, "elastic_launch", fake_elastic_launch)
+    monkeypatch.delenv("FORK_LAUNCHED", raising=False)
+    notebook_launcher(print, ("a", 1), num_processes=3, mixed_precision="fp16", use_port="29999",
+                      master_addr="10.0.0.7", node_rank=1, num_nodes=2, max_restarts=2,
+                      monitor_interval=0.5, rdzv_conf={"timeout": 5})
+    config = seen["config"]
+    assert (config.nproc_per_node, config.min_nodes, config.max_nodes) == (3, 2, 2)
+    assert config.rdzv_endpoint == "10.0.0.7:29999" and config.rdzv_backend == "static"
+    assert config.rdzv_configs == {"timeout": 5, "rank": 1}
+    assert (config.max_restarts, config.monitor_interval) == (2, 0.5)
+    assert config.start_method == "fork"
+    assert seen["entrypoint"] is print and seen["args"] == ("a", 1)
+    assert seen["env"] == {"FORK_LAUNCHED": "1", "ACCEL_MIXED_PRECISION": "fp16",
+                           "ACCEL_USE_CPU": "true" if not torch.cuda.is_available() else None}
+    assert "FORK_LAUNCHED" not in os.environ  # only while the workers run
+
+
 def _args(*argv: str) -> argparse.Namespace:
     return launch_command_parser().parse_args(list(argv))
 

@@ -78,3 +78,46 @@ def test_subparsers_inherit_the_class() -> None:
     with pytest.raises(SystemExit):
         parser.parse_args(["verb", "--other", "4"])
     assert isinstance(parser.parse_args(["verb"]), argparse.Namespace)
+
+
+# Every `accelerate launch` option (1.x, plus the ones older releases had): an Accelerate
+# command line must never fail on "unknown flag" — each is either honoured or refused by
+# name with the reason (TPU, SageMaker, Megatron-LM, IPEX/XPU, mpirun, pdsh).
+_ACCELERATE_LAUNCH_FLAGS = """
+--config_file --quiet -q --cpu --multi_gpu --tpu --ipex --mixed_precision --num_processes
+--num_machines --num_cpu_threads_per_process --enable_cpu_affinity --dynamo_backend
+--dynamo_mode --dynamo_use_fullgraph --dynamo_use_dynamic --dynamo_use_regional_compilation
+--use_deepspeed --use_fsdp --use_parallelism_config --use_megatron_lm --use_xpu --gpu_ids
+--same_network --machine_rank --main_process_ip --main_process_port -t --tee --log_dir --role
+--rdzv_backend --rdzv_conf --max_restarts --monitor_interval -m --module --no_python
+--tpu_cluster --no_tpu_cluster --tpu_use_sudo --vm --env --main_training_function
+--downcast_bf16 --deepspeed_config_file --zero_stage --offload_optimizer_device
+--offload_param_device --offload_optimizer_nvme_path --offload_param_nvme_path
+--gradient_accumulation_steps --gradient_clipping --zero3_init_flag --zero3_save_16bit_model
+--deepspeed_hostfile --deepspeed_exclusion_filter --deepspeed_inclusion_filter
+--deepspeed_multinode_launcher --deepspeed_moe_layer_cls_names --fsdp_version
+--fsdp_offload_params --fsdp_min_num_params --fsdp_sharding_strategy
+--fsdp_reshard_after_forward --fsdp_auto_wrap_policy --fsdp_transformer_layer_cls_to_wrap
+--fsdp_backward_prefetch_policy --fsdp_backward_prefetch --fsdp_state_dict_type
+--fsdp_forward_prefetch --fsdp_use_orig_params --fsdp_cpu_ram_efficient_loading
+--fsdp_sync_module_states --fsdp_activation_checkpointing --megatron_lm_tp_degree
+--megatron_lm_pp_degree --megatron_lm_num_micro_batches --megatron_lm_sequence_parallelism
+--megatron_lm_recompute_activations --megatron_lm_use_distributed_optimizer
+--megatron_lm_gradient_clipping --fp8_backend --fp8_use_autocast_during_eval --fp8_margin
+--fp8_interval --fp8_format --fp8_amax_history_len --fp8_amax_compute_algo
+--fp8_override_linear_precision --fp8_opt_level --fp8_enable_fsdp_float8_all_gather
+--fp8_pad_inner_dim --aws_access_key_id --aws_secret_access_key --debug --mpirun_hostfile
+--mpirun_ccl --parallelism_config_dp_replicate_size --parallelism_config_dp_shard_size
+--parallelism_config_tp_size --parallelism_config_cp_size --parallelism_config_cp_backend
+--parallelism_config_cp_comm_strategy --parallelism_config_sp_size
+--parallelism_config_sp_backend --parallelism_config_sp_seq_length
+--parallelism_config_sp_seq_length_is_variable --parallelism_config_sp_attn_implementation
+""".split()
+
+
+def test_every_accelerate_launch_flag_is_known_in_both_spellings() -> None:
+    known = launch_command_parser()._option_string_actions
+    missing = [f for f in _ACCELERATE_LAUNCH_FLAGS if f not in known]
+    assert not missing, missing
+    hyphenated = [f.replace("_", "-") for f in _ACCELERATE_LAUNCH_FLAGS if "_" in f]
+    assert not [f for f in hyphenated if f not in known]

@@ -135,6 +135,26 @@ def test_srun_one_task_per_node_needs_no_flags(monkeypatch: pytest.MonkeyPatch) 
     assert first_slurm_host("a[10,12-14]b") == "a10b"
 
 
+def test_srun_gives_the_port_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key, value in {"SLURM_STEP_NODELIST": "n[1-2]", "SLURM_NNODES": "2", "SLURM_NODEID": "0",
+                       "SLURM_JOB_ID": "123456"}.items():
+        monkeypatch.setenv(key, value)
+    args = _args("t.py")  # no flag at all
+    resolved = resolve_launch_args(args)
+    assert (args.num_machines, args.main_process_ip, args.main_process_port) == (2, "n1", 18456)
+    assert resolved.sources["main_process_port"].startswith("SLURM")
+    assert build_launch_plan(args, CPU_BOX, 18456).config["rdzv_endpoint"] == "n1:18456"
+    monkeypatch.setenv("MASTER_PORT", "29777")  # exported by the batch script: it wins
+    assert resolve_launch_args(_args("t.py")).args.main_process_port == 29777
+    assert resolve_launch_args(_args("--main_process_port", "1234", "t.py")).sources[
+        "main_process_port"] == "command line"
+
+
+def test_old_fsdp_backward_prefetch_policy_spelling() -> None:
+    env = _plan("--use_fsdp", "--fsdp_backward_prefetch_policy", "BACKWARD_POST", "t.py").env
+    assert env["FSDP_BACKWARD_PREFETCH"] == "BACKWARD_POST"
+
+
 def test_mpirun_one_launcher_per_machine(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "3")
     monkeypatch.setenv("OMPI_COMM_WORLD_RANK", "2")
@@ -164,6 +184,11 @@ def test_mpirun_one_launcher_per_machine(monkeypatch: pytest.MonkeyPatch) -> Non
     (["--aws_access_key_id", "k"], "--aws_access_key_id is not supported by accel launch: "
      "Amazon SageMaker"),
     (["--mpirun_hostfile", "h"], "--mpirun_hostfile is not supported"),
+    (["--mpirun-ccl", "2"], "--mpirun_ccl is not supported by accel launch: oneCCL worker "
+     "threads belong to Accelerate's mpirun launch"),
+    (["--ipex"], "--ipex is not supported by accel launch: Intel Extension for PyTorch"),
+    (["--use_xpu"], "--use_xpu is not supported by accel launch: Intel Extension for PyTorch "
+     "(IPEX) and Intel XPU devices"),
     (["--use_deepspeed", "--deepspeed_hostfile", "h"], "--deepspeed_hostfile (from command "
      "line) is not supported"),
     (["--use_deepspeed", "--deepspeed_multinode_launcher", "pdsh"], "'pdsh' (from command "
@@ -190,6 +215,7 @@ def test_conflicting_sources_name_both(tmp_path: Path) -> None:
      "'maybe'"),
     (["--zero_stage", "two"], "--zero_stage expects a whole number, got 'two'"),
     (["--dynamo_mode", "fast"], "invalid choice: 'fast'"),
+    (["--dynamo_backend", "inductr"], "invalid choice: 'inductr'"),
     (["--fsdp_ofload_params", "true"], "unknown flag --fsdp_ofload_params (did you mean "
      "--fsdp_offload_params?)"),
 ])
@@ -209,3 +235,16 @@ def test_bad_config_file_through_the_cli_is_one_line(tmp_path: Path, capsys) -> 
     assert len(err) == 1, err
     assert err[0].startswith(f"accel launch: error: {bad}: unknown key 'num_procs' (did you "
                              "mean 'num_processes'?); valid: ")
+
+
+def test_dynamo_backend_names_any_case_and_match_the_plugin(tmp_path: Path) -> None:
+    assert _args("--dynamo_backend", "INDUCTOR", "t.py").dynamo_backend == "inductor"
+    old = tmp_path / "old.yaml"  # Accelerate < 0.18: a top-level key, upper case
+    old.write_text("dynamo_backend: INDUCTR\n")
+    with pytest.raises(ConfigurationError, match="key 'dynamo_backend' has value 'INDUCTR' of "
+                       "type str; expected one of no, eager"):
+        resolve_launch_args(_args("--config_file", str(old), "t.py"))
+    compile_mod = pytest.importorskip("accel_parallel.compile")
+    from accel_launch.flags_plugins import DYNAMO_BACKENDS
+
+    assert DYNAMO_BACKENDS == tuple(b.value.lower() for b in compile_mod.DynamoBackend)

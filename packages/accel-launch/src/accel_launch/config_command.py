@@ -65,7 +65,7 @@ def update_config(config_file: str | None = None) -> Path:
     """Rewrite a config file in today's schema (old keys migrated, defaults added)."""
     from accel_state.errors import ConfigurationError
 
-    from accel_launch.config_file import load_config_from_file, save_config
+    from accel_launch.config_file import _RENAMES, load_config_from_file, save_config
     from accel_launch.questionnaire import base_config
 
     target = _target(config_file)
@@ -83,6 +83,12 @@ def update_config(config_file: str | None = None) -> Path:
     if "dynamo_backend" in data:  # Accelerate < 0.18
         data.setdefault("dynamo_config", {})["dynamo_backend"] = str(data.pop("dynamo_backend"))
     data.pop("ipex_config", None)  # IPEX is part of torch now
+    for section, renames in _RENAMES.items():  # old key names -> today's
+        content = data.get(section)
+        for old, key in renames.items():
+            if isinstance(content, dict) and old in content:
+                value = content.pop(old)
+                content.setdefault(key, value)
     for key in ("deepspeed_config", "fsdp_config"):
         if data.get(key) == {}:
             data.pop(key)

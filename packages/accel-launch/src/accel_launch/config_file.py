@@ -1,10 +1,11 @@
 """Config files of `accel launch` / `accel config`: Accelerate's YAML schema, read as is.
 
 Files written by every Accelerate release from 0.11 on load (their old keys are accepted:
-``fp16``, a top-level ``dynamo_backend``, ``ipex_config``, ``mpirun_config``, the TPU and
-SageMaker keys Accelerate writes even for local runs). An unknown key is an error naming the
-closest valid one; a value of the wrong type names key, value and expected type. A JSON
-file with DeepSpeed's keys given as ``--config_file`` is recognised as a DeepSpeed config.
+``fp16``, a top-level ``dynamo_backend``, ``fsdp_backward_prefetch_policy``, ``ipex_config``,
+``mpirun_config``, the TPU and SageMaker keys Accelerate writes even for local runs). An
+unknown key is an error naming the closest valid one; a value of the wrong type names key,
+value and expected type. A JSON file with DeepSpeed's keys given as ``--config_file`` is
+recognised as a DeepSpeed config.
 
 The schema is derived from the flag table (:mod:`accel_launch.flags`): each flag with a
 ``config`` location is a key. No torch import here.
@@ -22,7 +23,7 @@ from typing import Any
 from accel_state import env
 from accel_state.errors import ConfigurationError
 
-from accel_launch.flags import Flag, all_flags, parse_bool
+from accel_launch.flags import Flag, all_flags, match_choice, parse_bool
 
 __all__ = [
     "ConfigFile",
@@ -60,14 +61,13 @@ _SECTION_EXTRAS: dict[str, dict[str, str]] = {
     "mpirun_config": {"mpirun_ccl": "any"},
     "ipex_config": {"ipex": "bool", "use_xpu": "bool"},
     "megatron_lm_config": {},  # any key: the whole section is refused when used
-    "fp8_config": {"amax_history_length": "int", "amax_compute_algorithm": "str",
-                   "optimization_level": "str"},
-    "fsdp_config": {"fsdp_backward_prefetch_policy": "str",
-                    "fsdp_activation_checkpointing_offload": "bool"},
+    "fsdp_config": {"fsdp_activation_checkpointing_offload": "bool"},
 }
-_FP8_RENAMES = {"amax_history_length": "amax_history_len",
-                "amax_compute_algorithm": "amax_compute_algo",
-                "optimization_level": "opt_level"}
+# Keys whose value now lives under another name (section -> old key -> today's key).
+_RENAMES = {"fp8_config": {"amax_history_length": "amax_history_len",
+                           "amax_compute_algorithm": "amax_compute_algo",
+                           "optimization_level": "opt_level"},
+            "fsdp_config": {"fsdp_backward_prefetch_policy": "fsdp_backward_prefetch"}}
 _DS_MARKERS = {"train_batch_size", "train_micro_batch_size_per_gpu", "zero_optimization",
                "gradient_accumulation_steps", "fp16", "bf16", "optimizer", "scheduler",
                "gradient_clipping", "zero_allow_untested_optimizer", "steps_per_print"}
@@ -162,9 +162,9 @@ def _check_type(kind: str, key: str, value: Any, path: Path, choices: tuple[str,
         elif kind == "multi" and isinstance(value, list):
             return value
         elif kind == "choice":
-            text = "no" if value is False else str(value)
-            if text in choices:
-                return text
+            found = match_choice("no" if value is False else value, choices)
+            if found is not None:
+                return found
     except (ValueError, TypeError, Exception):
         pass
     raise ConfigurationError(f"{path}: key {key!r} has value {value!r} of type "
@@ -218,8 +218,11 @@ def _load_section(name: str, content: Any, schema: dict[str, Flag], path: Path,
         if name == "megatron_lm_config":
             continue
         flag = schema.get(key)
-        if flag is None and name == "fp8_config" and key in _FP8_RENAMES:
-            flag = schema.get(_FP8_RENAMES[key])
+        renamed = _RENAMES.get(name, {}).get(key)
+        if flag is None and renamed is not None:
+            flag = schema.get(renamed)
+            if renamed in content:  # both spellings: today's wins
+                continue
         if flag is None:
             if key in extras:
                 _check_type(extras[key], f"{name}.{key}", value, path)
@@ -276,9 +279,9 @@ def _load_yaml_schema(path: Path, data: dict[str, Any]) -> ConfigFile:
     if data.get("fp16") and "mixed_precision" not in cfg.values:  # Accelerate < 0.12
         cfg.values["mixed_precision"] = "fp16"
     if data.get("dynamo_backend") and "dynamo_backend" not in cfg.values:  # Accelerate < 0.18
-        cfg.values["dynamo_backend"] = str(data["dynamo_backend"]).lower()
-    if cfg.values.get("dynamo_backend") is not None:
-        cfg.values["dynamo_backend"] = str(cfg.values["dynamo_backend"]).lower()
+        backends = schema["dynamo_config"]["dynamo_backend"].choices
+        cfg.values["dynamo_backend"] = _check_type("choice", "dynamo_backend",
+                                                   data["dynamo_backend"], path, backends)
     _apply_distributed_type(cfg, data)
     if cfg.values.get("mpirun_hostfile"):
         cfg.notes.append(f"{path}: mpirun_config.mpirun_hostfile is ignored: accel starts the "

@@ -14,7 +14,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Flag", "GROUPS", "add_flags", "all_flags", "flag_by_dest", "parse_bool"]
+__all__ = ["Flag", "GROUPS", "add_flags", "all_flags", "flag_by_dest", "match_choice",
+           "parse_bool"]
 
 _TRUE = {"1", "true", "yes", "y", "on", "t"}
 _FALSE = {"0", "false", "no", "n", "off", "f", "none"}
@@ -128,6 +129,21 @@ def _typed(kind: str, flag: str) -> Any:
     return convert
 
 
+def match_choice(value: object, choices: Sequence[str]) -> str | None:
+    """The choice ``value`` names, exactly or else in another case; None if none."""
+    text = str(value)
+    if text in choices:
+        return text
+    return next((c for c in choices if c.lower() == text.lower()), None)
+
+
+def _choice(choices: Sequence[str]) -> Any:
+    def convert(text: str) -> str:
+        return match_choice(text, choices) or text  # argparse then names the bad value
+    convert.__name__ = "choice"
+    return convert
+
+
 def _add_one(group: Any, flag: Flag) -> None:
     kwargs: dict[str, Any] = {"dest": flag.dest, "default": None, "help": flag.help}
     if flag.kind == "switch":
@@ -137,6 +153,7 @@ def _add_one(group: Any, flag: Flag) -> None:
             kwargs["type"] = _typed(flag.kind, flag.name)
         if flag.kind == "choice":
             kwargs["choices"] = flag.choices
+            kwargs["type"] = _choice(flag.choices)
         if flag.kind == "multi":
             kwargs["action"] = "append"
         kwargs["metavar"] = flag.metavar or (

@@ -59,7 +59,8 @@ _PROCESSES = Group("processes and machines", "How many workers, on how many mach
          "required with --num_machines > 1 unless srun tells it).",
          config=(_TOP, "main_process_ip"), metavar="IP"),
     Flag(("--main_process_port",), "Rendezvous port on the rank-0 machine (default: a free "
-         "port; required with --num_machines > 1).", "int",
+         "port; required with --num_machines > 1 unless srun tells it: $MASTER_PORT, else "
+         "one derived from $SLURM_JOB_ID).", "int",
          config=(_TOP, "main_process_port"), metavar="PORT"),
     Flag(("--same_network",), "All machines are on the same local network (accepted for "
          "Accelerate configs; the rendezvous does not need it).", "switch", default=False,
@@ -97,6 +98,12 @@ _SCRIPT = Group("script", "How SCRIPT is run.", (
          "starts CPU workers itself (--cpu --num_processes N; for many machines run `accel "
          "launch` on each, or under srun/mpirun with one launcher per machine).",
          config=("mpirun_config", "mpirun_hostfile"), metavar="PATH"),
+    Flag(("--mpirun_ccl",), "oneCCL worker threads of Accelerate's mpirun launch: refused "
+         "with --mpirun_hostfile.", "int", metavar="N", unsupported=(
+             "oneCCL worker threads belong to Accelerate's mpirun launch (--mpirun_hostfile), "
+             "which accel replaces: `accel launch --cpu --num_processes N` starts the CPU "
+             "workers itself (gloo); for many machines run `accel launch` once per machine "
+             "(it detects srun and mpirun).")),
 ))
 
 CORE_GROUPS = (_LAUNCHER, _HARDWARE, _PROCESSES, _ELASTIC, _SCRIPT)

@@ -1,16 +1,20 @@
 """`accel launch` flags of the training paradigms: dynamo, DeepSpeed, FSDP, ParallelismConfig,
-fp8 — and the Megatron-LM, TPU and SageMaker flags accel refuses with a clear message."""
+fp8 — and the Megatron-LM, TPU, SageMaker and IPEX/XPU flags accel refuses with a clear
+message."""
 
 from __future__ import annotations
 
 from accel_launch.flags import Flag, Group
 
-__all__ = ["PLUGIN_GROUPS"]
+__all__ = ["DYNAMO_BACKENDS", "PLUGIN_GROUPS"]
 
 _MEGATRON = ("Megatron-LM's role is played by torch-native parallelism in accel: use "
              "--use_parallelism_config --parallelism_config_tp_size N (tensor and sequence "
              "parallel) and torch.distributed.pipelining for pipeline stages (docs/parallel.md).")
 _TPU = "TPU (torch_xla) training is not supported by accel; run on CPU or CUDA devices."
+_IPEX = ("Intel Extension for PyTorch (IPEX) and Intel XPU devices are not supported by accel "
+         "(older Accelerate flags): drop the flag; accel runs on CPU (plain torch) or CUDA "
+         "devices.")
 _SAGEMAKER = "Amazon SageMaker launches are not supported by accel; run `accel launch` on the " \
              "instances themselves."
 
@@ -27,10 +31,16 @@ _PARADIGM = Group("training paradigm", "Which distributed engine the workers use
 ))
 
 _DY = "dynamo_config"
+#: Accelerate's torch.compile backend names, as accel_parallel.DynamoBackend has them (a test
+#: keeps the two equal): a misspelt backend is refused before any worker starts.
+DYNAMO_BACKENDS = ("no", "eager", "aot_eager", "inductor", "aot_ts_nvfuser", "nvprims_nvfuser",
+                   "cudagraphs", "ofi", "fx2trt", "onnxrt", "tensorrt",
+                   "aot_torchxla_trace_once", "torchxla_trace_once", "ipex", "tvm",
+                   "hpu_backend")
 _DYNAMO = Group("torch.compile (dynamo)", "Compile prepared models.", (
-    Flag(("--dynamo_backend",), "torch.compile backend: no, eager, aot_eager, inductor, "
-         "cudagraphs, ... (ACCELERATE_DYNAMO_BACKEND).", config=(_DY, "dynamo_backend"),
-         env="ACCELERATE_DYNAMO_BACKEND", metavar="BACKEND"),
+    Flag(("--dynamo_backend",), "torch.compile backend, any case: " + ", ".join(
+         DYNAMO_BACKENDS) + " (ACCELERATE_DYNAMO_BACKEND).", "choice", DYNAMO_BACKENDS,
+         config=(_DY, "dynamo_backend"), env="ACCELERATE_DYNAMO_BACKEND", metavar="BACKEND"),
     Flag(("--dynamo_mode",), "torch.compile mode (ACCELERATE_DYNAMO_MODE).", "choice",
          ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"),
          config=(_DY, "dynamo_mode"), env="ACCELERATE_DYNAMO_MODE"),
@@ -104,8 +114,10 @@ _FSDP = Group("FSDP", "Used with --use_fsdp (or distributed_type: FSDP). FSDP me
           env="FSDP_AUTO_WRAP_POLICY", metavar="POLICY"),
     _fsdp("--fsdp_transformer_layer_cls_to_wrap", "Comma-separated layer classes to shard "
           "separately, e.g. BertLayer.", env="FSDP_TRANSFORMER_CLS_TO_WRAP", metavar="NAMES"),
-    _fsdp("--fsdp_backward_prefetch", "BACKWARD_PRE, BACKWARD_POST or NO_PREFETCH.",
-          env="FSDP_BACKWARD_PREFETCH", metavar="POLICY"),
+    Flag(("--fsdp_backward_prefetch", "--fsdp_backward_prefetch_policy"), "BACKWARD_PRE, "
+         "BACKWARD_POST or NO_PREFETCH (--fsdp_backward_prefetch_policy: its name before "
+         "Accelerate 0.27).", config=("fsdp_config", "fsdp_backward_prefetch"),
+         env="FSDP_BACKWARD_PREFETCH", metavar="POLICY"),
     _fsdp("--fsdp_state_dict_type", "FULL_STATE_DICT or SHARDED_STATE_DICT.",
           env="FSDP_STATE_DICT_TYPE", metavar="TYPE"),
     _fsdp("--fsdp_forward_prefetch", "Prefetch the next all-gather in forward.", "bool",
@@ -180,16 +192,19 @@ _FP8 = Group("fp8", "Used with --mixed_precision fp8.", (
 
 
 def _refused(opt: str, why: str, kind: str = "str", **kw: object) -> Flag:
-    return Flag((opt,), "Refused: " + why.split(":")[0] + ".", kind, unsupported=why, **kw)  # type: ignore[arg-type]
+    return Flag((opt,), "Refused: " + why.split(":")[0].rstrip(".") + ".", kind,
+                unsupported=why, **kw)  # type: ignore[arg-type]
 
 
 _MEGATRON_FLAGS = tuple(_refused(f"--megatron_lm_{n}", _MEGATRON) for n in (
     "tp_degree", "pp_degree", "num_micro_batches", "sequence_parallelism",
     "recompute_activations", "use_distributed_optimizer", "gradient_clipping"))
 
-_UNSUPPORTED = Group("refused (Megatron-LM, TPU, SageMaker)", "Accepted by Accelerate; accel "
-                     "answers each with one clear error.", (
+_UNSUPPORTED = Group("refused (Megatron-LM, TPU, SageMaker, IPEX/XPU)", "Accepted by "
+                     "Accelerate; accel answers each with one clear error.", (
     *_MEGATRON_FLAGS,
+    _refused("--ipex", _IPEX, "switch"),
+    _refused("--use_xpu", _IPEX, "switch"),
     _refused("--tpu_cluster", _TPU, "switch", dest_name="tpu_use_cluster"),
     _refused("--no_tpu_cluster", _TPU, "switch"),
     _refused("--tpu_use_sudo", _TPU, "switch"),

@@ -64,7 +64,7 @@ def flag_reference() -> str:
 
 def schema_reference() -> str:
     """The config file's keys by section, with their type, from the same table."""
-    from accel_launch.config_file import _ACCEPTED, _SECTION_EXTRAS, config_schema
+    from accel_launch.config_file import _ACCEPTED, _RENAMES, _SECTION_EXTRAS, config_schema
 
     out = ["| section | key | type | flag |", "|---|---|---|---|"]
     for section, keys in config_schema().items():
@@ -75,6 +75,9 @@ def schema_reference() -> str:
             out.append(f"| {section or '(top level)'} | `{key}` | {_cell(kind)} | `{flag.name}` |")
     for key, kind in sorted(_ACCEPTED.items()):
         out.append(f"| (top level) | `{key}` | {kind} | accepted (see below) |")
+    for section, renames in sorted(_RENAMES.items()):
+        for old, key in sorted(renames.items()):
+            out.append(f"| {section} | `{old}` | as `{key}` | old name of `{key}` |")
     for section, extras in sorted(_SECTION_EXTRAS.items()):
         for key, kind in sorted(extras.items()):
             out.append(f"| {section} | `{key}` | {kind} | accepted, old spelling |")

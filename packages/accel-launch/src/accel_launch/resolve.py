@@ -19,7 +19,8 @@ from accel_state.errors import ConfigurationError
 from accel_launch.config_file import ConfigFile, load_config_from_file
 from accel_launch.flags import all_flags, flag_by_dest
 
-__all__ = ["Resolved", "cluster_defaults", "first_slurm_host", "resolve_launch_args"]
+__all__ = ["Resolved", "cluster_defaults", "first_slurm_host", "resolve_launch_args",
+           "slurm_port"]
 
 CLI = "command line"
 DEFAULT = "default"
@@ -73,14 +74,29 @@ def first_slurm_host(nodelist: str) -> str:
     return prefix + re.split(r"[-,]", ranges)[0] + suffix
 
 
+def slurm_port() -> int | None:
+    """The rendezvous port every node of a SLURM job agrees on without being told:
+    $MASTER_PORT when the batch script exports one, else 15000 + (job id % 10000) (below
+    Linux's ephemeral range, so no outgoing connection holds it; one job's nodes share it)."""
+    port = env.MASTER_PORT.get_int()
+    if port is not None:
+        return port
+    job = env.SLURM_JOB_ID.get()
+    return 15000 + int(job) % 10000 if job and job.isdigit() else None
+
+
 def cluster_defaults() -> tuple[dict[str, Any], str | None]:
-    """Machines / rank / rank-0 host when `accel launch` runs once per node under srun or mpirun."""
+    """Machines / rank / rank-0 host / port when `accel launch` runs once per node under
+    srun, or machines / rank under mpirun."""
     nodelist = env.SLURM_NODELIST.raw()
     nnodes = env.SLURM_NNODES.get_int()
     if nodelist is not None and nodelist[0] == "SLURM_STEP_NODELIST" and nnodes:
         if env.SLURM_NTASKS.get_int() in (None, nnodes):  # one launcher per node
             found = {"num_machines": nnodes, "machine_rank": env.SLURM_NODEID.get_int(0),
                      "main_process_ip": first_slurm_host(nodelist[1])}
+            port = slurm_port()
+            if port is not None:
+                found["main_process_port"] = port
             return found, "SLURM (srun, one task per node)"
     size = env.MPI_SIZE.get_int()
     if size and size > 1:

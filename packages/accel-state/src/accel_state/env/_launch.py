@@ -82,6 +82,7 @@ SLURM_NODEID = _var("SLURM_NODEID", "This node's index in the SLURM job (--machi
 SLURM_NODELIST = _var("SLURM_STEP_NODELIST", "Nodes of the SLURM job step; the first one is "
                       "the rendezvous host (--main_process_ip).", "SLURM_JOB_NODELIST",
                       "SLURM_NODELIST")
-SLURM_JOB_ID = _var("SLURM_JOB_ID", "SLURM job id; the launcher's rendezvous id under srun.")
+SLURM_JOB_ID = _var("SLURM_JOB_ID", "SLURM job id; the launcher's rendezvous id under srun, "
+                    "and its default port (15000 + id % 10000) when MASTER_PORT is not set.")
 
 __all__ = [name for name in dict(globals()) if name.isupper()]
