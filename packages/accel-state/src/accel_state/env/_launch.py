@@ -23,8 +23,10 @@ DOWNCAST_BF16 = _var("ACCEL_DOWNCAST_BF16", "1 to store fp32 tensors as bf16 on 
                      "(`--downcast_bf16`); accepted and passed on, it has no effect off XLA.",
                      "ACCELERATE_DOWNCAST_BF16")
 CONFIG_DS_FIELDS = _var("ACCEL_CONFIG_DS_FIELDS", "Comma-separated DeepSpeed fields the launch "
-                        "configuration set (so a DeepSpeed JSON that also sets them is a "
-                        "conflict).", "ACCELERATE_CONFIG_DS_FIELDS")
+                        "configuration set, written for Accelerate's readers; accel's "
+                        "DeepSpeedPlugin finds a conflict with a DeepSpeed JSON from the "
+                        "ACCELERATE_DEEPSPEED_* variables themselves.",
+                        "ACCELERATE_CONFIG_DS_FIELDS")
 FSDP_IGNORED_MODULES = _var("ACCEL_FSDP_IGNORED_MODULES", "Regular expression of module names "
                             "FSDP leaves unsharded (config key fsdp_ignored_modules).",
                             "FSDP_IGNORED_MODULES")
