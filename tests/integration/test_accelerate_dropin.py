@@ -22,7 +22,7 @@ def test_accelerate_script_runs_with_the_one_word_change(scripts, repo, tmp_path
     proc = subprocess.run([sys.executable, str(script)], cwd=repo, env=env, capture_output=True,
                           text=True, timeout=240)
     assert proc.returncode == 0, explain(proc)
-    for rank in (0, 1):
-        assert f"DROPIN rank={rank} stopped_at=1 batch_size=16" in proc.stdout, explain(proc)
+    for rank in (0, 1):  # 64 shrunk by 10 % per out-of-memory error: ..., 19, 17, 15
+        assert f"DROPIN rank={rank} stopped_at=1 batch_size=15" in proc.stdout, explain(proc)
     assert "DROPIN notebook single process" in proc.stdout, explain(proc)
     assert proc.stdout.rstrip().endswith("DROPIN-DONE"), explain(proc)

@@ -207,9 +207,6 @@ KNOWN_GAPS: dict[str, str] = {
         "AbstractTrainStep", "BertTrainStep", "GPTTrainStep", "T5TrainStep",
         "avg_losses_across_data_parallel_group", "gather_across_data_parallel_groups",
         "megatron_lm_initialize", "add_model_config_to_megatron_parser")},
-    "accelerate.utils.modeling:is_peft_model": (
-        "accel.utils.modeling re-exports accel-inference only; is_peft_model (accel-state's) is "
-        "in accel.utils and accel.utils.other, its home in Accelerate"),
     **{f"accelerate.utils.launch:{n}": _TPU_SAGEMAKER for n in (
         "prepare_tpu", "prepare_sagemager_args_inputs")},
     "accelerate.utils:install_xla": _TPU_SAGEMAKER,

@@ -85,11 +85,17 @@ def test_bin_weights_load_with_weights_only(tmp_path):
 def test_sizes_and_project_configuration_validation():
     assert convert_file_size_to_int("10GB") == 10**10
     assert convert_file_size_to_int("2MiB") == 2 * 2**20
-    with pytest.raises(CheckpointError, match="'ten'"):
+    with pytest.raises(ConfigurationError, match="'ten'"):  # a ValueError, as in Accelerate
         convert_file_size_to_int("ten")
+    with pytest.raises(ValueError, match="'5MBB'"):
+        convert_file_size_to_int("5MBB")
     config = ProjectConfiguration("runs/a", automatic_checkpoint_naming=True, total_limit=2)
     assert config.logging_dir == "runs/a" and str(config.checkpoints_dir) == "runs/a/checkpoints"
     with pytest.raises(ConfigurationError, match="total_limit"):
         ProjectConfiguration("x", total_limit=0)
+    later = ProjectConfiguration(automatic_checkpoint_naming=True)  # project_dir comes later
     with pytest.raises(ConfigurationError, match="project_dir"):
-        ProjectConfiguration(automatic_checkpoint_naming=True)
+        later.check_automatic_naming()
+    later.set_directories("runs/b")
+    later.check_automatic_naming()
+    assert str(later.checkpoints_dir) == "runs/b/checkpoints"

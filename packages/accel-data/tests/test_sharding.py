@@ -124,10 +124,23 @@ def test_short_batch_mid_epoch_is_not_lost():
     assert _interleave([list(s) for s in shards]) == [0, 1, 2, 3, 4, 5, 6]
 
 
-def test_missing_batch_size_errors_name_the_fix():
+def test_varying_batches_without_batch_size_pad_with_the_first_whole_batches():
+    # no batch_size: the ranks left without a batch in the last round take the epoch's
+    # first batches in turn (a batch of unknown size cannot be topped up)
+    sampler = _ListBatches([[0, 1, 2], [3, 4], [5, 6, 7, 8], [9], [10, 11]])
+    shards = [BatchSamplerShard(sampler, 3, r) for r in range(3)]
+    assert [list(s) for s in shards] == [[[0, 1, 2], [9]], [[3, 4], [10, 11]],
+                                         [[5, 6, 7, 8], [0, 1, 2]]]
+    assert [len(s) for s in shards] == [2, 2, 2]
+    assert shards[2].padded_real == 3  # the real samples of the padded round: [9], [10, 11]
+    one = [BatchSamplerShard(_ListBatches([[0, 1, 2]]), 3, r) for r in range(3)]
+    assert [list(s) for s in one] == [[[0, 1, 2]]] * 3
+    uneven = [BatchSamplerShard(sampler, 3, r, even_batches=False) for r in range(3)]
+    assert [list(s) for s in uneven][2] == [[5, 6, 7, 8]]
+
+
+def test_missing_batch_size_for_split_batches_names_the_fix():
     sampler = _ListBatches([[0, 1]])
-    with pytest.raises(ConfigurationError, match="even_batches=False"):
-        BatchSamplerShard(sampler, 2, 0)
     with pytest.raises(ConfigurationError, match="batch_size"):
         BatchSamplerShard(sampler, 2, 0, split_batches=True, even_batches=False)
 

@@ -80,14 +80,21 @@ def test_fields_come_from_accelerates_variables(monkeypatch):
     assert TorchDynamoPlugin(backend="eager").backend is DynamoBackend.EAGER
 
 
-def test_to_kwargs_are_torch_compiles():
+def test_to_kwargs_are_torch_compiles_changed_arguments(monkeypatch):
     plugin = TorchDynamoPlugin(backend=DynamoBackend.INDUCTOR, dynamic=True)
-    assert plugin.to_kwargs() == {"backend": "inductor", "mode": "default", "fullgraph": False,
-                                  "dynamic": True, "disable": False}
+    assert plugin.to_kwargs() == {"backend": "inductor", "dynamic": True}
+    full = TorchDynamoPlugin(backend="eager", mode="max-autotune", fullgraph=True, dynamic=False,
+                             disable=True)
+    assert full.to_kwargs() == {"backend": "eager", "mode": "max-autotune", "fullgraph": True,
+                                "dynamic": False, "disable": True}
     with_options = TorchDynamoPlugin(backend="inductor", options={"trace.enabled": False})
     assert "mode" not in with_options.to_kwargs()
     assert with_options.to_kwargs()["options"] == {"trace.enabled": False}
     assert with_options.to_dict()["backend"] == "inductor"
+    # values read from the launcher's variables count as changed (Accelerate's test)
+    monkeypatch.setenv("ACCELERATE_DYNAMO_BACKEND", "aot_eager")
+    monkeypatch.setenv("ACCELERATE_DYNAMO_MODE", "reduce-overhead")
+    assert TorchDynamoPlugin().to_kwargs() == {"backend": "aot_eager", "mode": "reduce-overhead"}
 
 
 @pytest.mark.parametrize(("kwargs", "named"), [

@@ -15,18 +15,18 @@ def _oom() -> RuntimeError:
     return RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 1 GB")
 
 
-def test_halves_the_batch_size_until_the_function_fits():
+def test_shrinks_the_batch_size_by_a_tenth_until_the_function_fits():
     tried = []
 
     @find_executable_batch_size(starting_batch_size=128)
     def train(batch_size, lr, *, steps):
         tried.append(batch_size)
-        if batch_size > 20:
+        if batch_size > 80:
             raise _oom()
         return batch_size, lr, steps
 
-    assert train(0.1, steps=3) == (16, 0.1, 3)
-    assert tried == [128, 64, 32, 16]
+    assert train(0.1, steps=3) == (73, 0.1, 3)
+    assert tried == [128, 115, 103, 92, 82, 73]  # int(size * 0.9) each time, as Accelerate 1.x
 
 
 def test_custom_reduction_other_errors_and_reaching_zero():
@@ -61,6 +61,9 @@ def test_passing_the_batch_size_yourself_is_named():
 def test_out_of_memory_is_recognised():
     assert should_reduce_batch_size(_oom())
     assert should_reduce_batch_size(torch.cuda.OutOfMemoryError("CUDA out of memory."))
+    for message in ("HIP out of memory.", "XPU out of memory. Tried to allocate 2 GiB",
+                    "FATAL ERROR :: MODULE:PT_DEVMEM Allocation failed"):
+        assert should_reduce_batch_size(RuntimeError(message)), message
     assert not should_reduce_batch_size(RuntimeError("shape mismatch"))
     assert not should_reduce_batch_size(KeyError("x"))
 

@@ -100,10 +100,12 @@ def test_dvclive_metrics_and_params_files(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # DVCLive initialises DVC in the enclosing git repo otherwise
     live_dir = tmp_path / "live"
     group = run("dvclive", "proj", dir=str(live_dir), save_dvc_exp=False, dvcyaml=False)
+    group.log({"note": "done"}, step=3)
     group.finish()
     metrics = read_dvclive_metrics(live_dir)
     assert metrics["loss"] == [(0, 1.0), (1, 0.5), (2, 0.25)]
     assert (live_dir / "params.yaml").read_text().startswith("lr: 0.01")
+    assert metrics["note"] == [(3, "done")]  # DVCLive records strings too
     assert not (tmp_path / ".dvc").exists() and not os.path.exists("dvc.yaml")
 
 
@@ -186,17 +188,21 @@ def test_clearml_offline_session_holds_scalars_steps_and_configuration(tmp_path,
                 auto_resource_monitoring=False)
     task = group.get("clearml", unwrap=True)
     group.log({"train/loss": 0.125, "final": 7}, step=None)  # no step: single values
-    group.log({"train/loss": 0.5}, step=3)
+    group.log({"train/loss": 0.5, "eval_acc": 0.75, "test_acc": 0.5}, step=3)
     group.get("clearml").log_table("preds/val", columns=["x", "y"], data=[[1, 2]], step=3)
+    group.get("clearml").log_table("rows", data=[["x", "y"], [3, 4]], step=3)  # own header
     folder = Path(task.get_offline_mode_folder())
     group.finish()
     assert folder.parent == tmp_path / "cache" / "offline"
     for stored in (folder, folder.with_suffix(".zip")):
         session = read_clearml_offline_session(stored)
         assert session["id"] == task.id and session["name"] == "proj"
-        assert session["scalars"]["loss"]["loss"] == [(0, 1.0), (1, 0.5), (2, 0.25)]
-        assert [step for step, _ in session["scalars"]["lr"]["lr"]] == [0, 1, 2]
+        # Accelerate's layout: a name without a `/` nor an eval_/test_/train_ prefix is
+        # series "train"; such a prefix is the series and the rest the title
+        assert session["scalars"]["loss"]["train"] == [(0, 1.0), (1, 0.5), (2, 0.25)]
+        assert [step for step, _ in session["scalars"]["lr"]["train"]] == [0, 1, 2]
         assert session["scalars"]["train"]["loss"] == [(3, 0.5)]
+        assert session["scalars"]["acc"] == {"eval": [(3, 0.75)], "test": [(3, 0.5)]}
         assert session["single_values"] == {"train/loss": 0.125, "final": 7}
         assert session["configuration"]["General"] == CONFIG
     assert no_network == []

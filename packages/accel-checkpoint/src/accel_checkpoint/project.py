@@ -51,11 +51,17 @@ class ProjectConfiguration:
         if not isinstance(self.iteration, int) or self.iteration < 0:
             raise ConfigurationError(f"ProjectConfiguration(iteration={self.iteration!r}) "
                                      "must be a non-negative integer.")
+        # automatic naming without a project_dir is checked where the directory is final:
+        # Accelerator(project_dir=..., project_config=...) fills it in (Accelerate's usage)
+        self.set_directories(self.project_dir)
+
+    def check_automatic_naming(self) -> None:
+        """Raise unless automatic checkpoint naming has a project directory to write into."""
         if self.automatic_checkpoint_naming and self.project_dir is None:
             raise ConfigurationError(
                 "automatic_checkpoint_naming=True needs a project_dir: pass "
-                "ProjectConfiguration(project_dir='runs/exp1', automatic_checkpoint_naming=True).")
-        self.set_directories(self.project_dir)
+                "Accelerator(project_dir='runs/exp1', ...) or ProjectConfiguration("
+                "project_dir='runs/exp1', automatic_checkpoint_naming=True).")
 
     def set_directories(self, project_dir: str | os.PathLike[str] | None = None) -> None:
         """Set ``project_dir`` and default ``logging_dir`` to it (Accelerate's behaviour)."""

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 from accel_state.enums import CustomDtype
+from accel_state.errors import ConfigurationError
 
 from accel_checkpoint.constants import (
     SAFE_WEIGHTS_INDEX_NAME,
@@ -47,8 +48,8 @@ def convert_file_size_to_int(size: int | str) -> int:
         return size
     match = _SIZE.match(str(size))
     if match is None:
-        raise CheckpointError(f"Cannot read the size {size!r}: use an int of bytes or a string "
-                              "such as '10GB', '500MB' or '2GiB'.")
+        raise ConfigurationError(f"Cannot read the size {size!r}: use an int of bytes or a "
+                                 "string such as '10GB', '500MB' or '2GiB'.")
     return int(float(match.group(1)) * _UNITS[match.group(2).upper()])
 
 
@@ -63,7 +64,8 @@ def dtype_byte_size(dtype: torch.dtype | CustomDtype) -> float:
         return 1 / 8
     bits = re.search(r"[^\d](\d+)_?", str(dtype))
     if bits is None:
-        raise CheckpointError(f"{dtype} is not a valid dtype.")
+        raise ConfigurationError(f"{dtype} is not a valid dtype: pass a torch.dtype such as "
+                                 "torch.float16.")
     return int(bits.group(1)) / 8
 
 
@@ -212,14 +214,19 @@ def checkpoint_files(checkpoint: Path) -> list[Path]:
     """The weight files of a checkpoint: one file, the shards of an index, or a folder's."""
     if checkpoint.is_file():
         if checkpoint.name.endswith(".index.json"):
-            weight_map = json.loads(checkpoint.read_text())["weight_map"]
+            index = json.loads(checkpoint.read_text())
+            weight_map = index.get("weight_map", index)  # or a bare name -> file mapping
             return [checkpoint.parent / f for f in dict.fromkeys(weight_map.values())]
         return [checkpoint]
     for name in (SAFE_WEIGHTS_INDEX_NAME, WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, WEIGHTS_NAME):
         if (checkpoint / name).is_file():
             return checkpoint_files(checkpoint / name)
+    indexes = sorted(checkpoint.glob("*.index.json")) if checkpoint.is_dir() else []
+    if len(indexes) == 1:  # a sharded checkpoint whose index has another name
+        return checkpoint_files(indexes[0])
     raise CheckpointError(f"No weights in {checkpoint}: expected {SAFE_WEIGHTS_NAME}, "
-                          f"{SAFE_WEIGHTS_INDEX_NAME}, {WEIGHTS_NAME} or {WEIGHTS_INDEX_NAME}.")
+                          f"{SAFE_WEIGHTS_INDEX_NAME}, {WEIGHTS_NAME}, {WEIGHTS_INDEX_NAME} or "
+                          "one other *.index.json.")
 
 
 def load_model_weights(model: torch.nn.Module, checkpoint: str | os.PathLike[str],

@@ -252,6 +252,8 @@ class DataLoaderDispatcher(DataLoaderShard):
 
     def _send(self, parts: list[Any], last: bool, remainder: int) -> list[Any]:
         """Rank 0: broadcast one step; returns its own part."""
+        if self.num_processes == 1:  # nobody to send to (and maybe no process group at all)
+            return parts[0]
         tensors: list[torch.Tensor] = []
 
         def slot(tensor: torch.Tensor) -> _Slot:

@@ -202,11 +202,23 @@ class DataLoaderShard(DataLoaderStateMixin, DataLoader):
     """
 
     _is_accelerate_prepared = True
+    #: built on torchdata's ``StatefulDataLoader`` (True for :func:`stateful_class` variants)
+    use_stateful_dataloader = False
+
+    def __new__(cls, *args: Any, use_stateful_dataloader: bool = False, **kwargs: Any) -> Any:
+        """``use_stateful_dataloader=True`` (Accelerate's constructor argument) builds the
+        class's torchdata-backed variant (see ``accel_data.stateful``)."""
+        if use_stateful_dataloader and not cls.use_stateful_dataloader:
+            from accel_data.stateful import stateful_class
+
+            cls = stateful_class(cls)
+        return super().__new__(cls)
 
     def __init__(self, dataset: Any, device: torch.device | str | None = None,
                  non_blocking: bool = False, rng_types: list[Any] | None = None,
                  synchronized_generator: torch.Generator | None = None,
                  loader_seed: int | None = None, **kwargs: Any) -> None:
+        kwargs.pop("use_stateful_dataloader", None)  # chose the class in __new__
         user_generator = kwargs.get("generator")
         super().__init__(dataset, **kwargs)
         self.generator = torch.Generator()

@@ -264,10 +264,11 @@ def prepare_data_loader(dataloader: DataLoader, device: torch.device | str | Non
 
         kwargs = _dispatch_kwargs(dataloader, num_processes, split_batches, reseed, data_seed,
                                   kwargs, group)
-        return DataLoaderDispatcher(
+        return _carry_skip(dataloader, DataLoaderDispatcher(
             kwargs.pop("dataset"), split_batches=split_batches, even_batches=even_batches,
             slice_fn=slice_fn_for_dispatch, num_processes=num_processes,
-            process_index=process_index, group=group, **common, **kwargs)
+            process_index=process_index, group=group, **common, **kwargs),
+            num_processes, split_batches)
     if iterable:
         kwargs = _prepare_iterable(dataloader, num_processes, process_index, split_batches,
                                    even_batches, kwargs)
@@ -280,4 +281,27 @@ def prepare_data_loader(dataloader: DataLoader, device: torch.device | str | Non
 
         cls = stateful_class(DataLoaderShard)
     dataset = kwargs.pop("dataset")
-    return cls(dataset, rng_types=rng_types, **common, **kwargs)
+    return _carry_skip(dataloader, cls(dataset, rng_types=rng_types, **common, **kwargs),
+                       num_processes, split_batches)
+
+
+def _carry_skip(source: DataLoader, prepared: DataLoaderShard, num_processes: int,
+                split_batches: bool) -> DataLoaderShard:
+    """A ``skip_first_batches`` loader keeps its skip once prepared. It counts batches of
+    the whole loader: with ``split_batches`` each is split over the processes (so ``k`` of
+    them are ``k`` per process); otherwise the processes take whole batches in turn, so
+    ``k`` must be a multiple of ``num_processes`` to start every process at the same place.
+    """
+    from accel_data.skip import SkipDataLoader
+
+    skip = source._pending_skip() if isinstance(source, SkipDataLoader) else 0
+    if not skip:
+        return prepared
+    if not split_batches and skip % num_processes:
+        raise ConfigurationError(
+            f"skip_first_batches(dataloader, {skip}) before prepare() skips {skip} batches of "
+            f"the whole loader, which {num_processes} processes cannot share evenly; skip a "
+            f"multiple of {num_processes}, or call skip_first_batches on the prepared loader "
+            "(it counts this process's batches).")
+    prepared.set_skip_batches(skip if split_batches else skip // num_processes)
+    return prepared

@@ -67,7 +67,8 @@ class BatchSamplerShard(BatchSampler):
     number of full batches, nothing is duplicated).
 
     ``batch_sampler`` may be any iterable of index lists; its ``batch_size`` attribute is
-    only needed for ``split_batches`` and for ``even_batches`` padding.
+    only needed for ``split_batches``. Without one (batches of varying size) ``even_batches``
+    completes the last round with whole batches from the start of the epoch, in turn.
     """
 
     def __init__(self, batch_sampler: Iterable[list[int]], num_processes: int = 1,
@@ -85,13 +86,6 @@ class BatchSamplerShard(BatchSampler):
         self.drop_last = bool(getattr(batch_sampler, "drop_last", False))
         if self.split_batches:
             _check_split(self.batch_size, num_processes, type(batch_sampler).__name__)
-        elif self.even_batches and not self.drop_last and self.batch_size is None:
-            raise ConfigurationError(
-                f"even_batches=True pads the last batches to the batch size, but "
-                f"{type(batch_sampler).__name__} has no `batch_size` attribute; use "
-                "even_batches=False (Accelerator(even_batches=False) or "
-                "DataLoaderConfiguration(even_batches=False)) or give the batch sampler a "
-                "`batch_size` attribute.")
 
     @property
     def sampler(self) -> Any:
@@ -147,7 +141,31 @@ class BatchSamplerShard(BatchSampler):
     def _iter_strided(self) -> Iterator[list[int]]:
         if type(self.batch_sampler) is BatchSampler and self.batch_size:
             return self._iter_strided_indices()
+        if self.batch_size is None and self.even_batches and not self.drop_last:
+            return self._iter_strided_varying()
         return self._iter_strided_batches()
+
+    def _iter_strided_varying(self) -> Iterator[list[int]]:
+        """Even batches from a sampler of varying-size batches (no ``batch_size``): a batch
+        cannot be topped up to a size nobody knows, so the ranks left without a batch in
+        the last round take the epoch's first batches, cycling (Accelerate's rule)."""
+        num, rank = self.num_processes, self.process_index
+        head: list[list[int]] = []  # the epoch's first batches, the wrap-around source
+        last_round: list[list[int]] = []
+        count = 0
+        for count, batch in enumerate(self.batch_sampler, start=1):
+            if len(head) < num:
+                head.append(batch)
+            position = (count - 1) % num
+            last_round = [batch] if position == 0 else [*last_round, batch]
+            if position == rank:
+                yield batch
+        rest = count % num
+        if count == 0 or rest == 0:
+            return
+        self.padded_real = sum(len(batch) for batch in last_round)
+        if rank >= rest:
+            yield head[(rank - rest) % len(head)]
 
     def _iter_strided_indices(self) -> Iterator[list[int]]:
         """Fast path for torch's ``BatchSampler``: slice this rank's batches out of the epoch's

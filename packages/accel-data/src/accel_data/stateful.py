@@ -55,6 +55,6 @@ def stateful_class(base: type) -> type:
     cls = type(f"Stateful{base.__name__}", (base, StatefulDataLoader), {
         "__doc__": f"{base.__name__} on torchdata's StatefulDataLoader.",
         "__module__": __name__, "_open": _open, "state_dict": state_dict,
-        "load_state_dict": load_state_dict})
+        "load_state_dict": load_state_dict, "use_stateful_dataloader": True})
     _CLASSES[base] = cls
     return cls

@@ -120,17 +120,15 @@ def dispatch_model(model: nn.Module, device_map: Mapping[str, Any],
 
     Blocks on ``"cpu"`` (when a GPU is the main device) or ``"disk"`` are offloaded and run
     on the main device; ``offload_dir`` holds (or receives) the disk weights. A map with one
-    device just moves the model (no hooks) unless ``force_hooks``. Sets
+    device just moves the model (no hooks) unless ``force_hooks``; one with every block on
+    ``"disk"`` runs on the CPU from the offloaded weights. Sets
     ``model.hf_device_map``.
     """
     device_map = validate_device_map(device_map)
     check_device_map(model, device_map)
     devices = set(device_map.values())
-    if len(devices) == 1 and not force_hooks:
+    if len(devices) == 1 and not force_hooks and devices != {"disk"}:  # all on disk: hooks
         (device,) = devices
-        if device == "disk":
-            raise ConfigurationError("The device_map puts the whole model on 'disk': use "
-                                     "disk_offload(model, offload_dir) instead.")
         model.to(_execution(device))
         model.hf_device_map = dict(device_map)
         return model

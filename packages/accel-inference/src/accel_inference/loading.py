@@ -149,6 +149,8 @@ def load_checkpoint_in_model(model: nn.Module, checkpoint: str | os.PathLike[str
                 if device == "cpu" and parking is not None:
                     if target_dtype is not None:
                         value = value.to(target_dtype)
+                        # the parked weight comes back in the model's dtype: make it this one
+                        set_module_tensor_to_device(model, name, "meta", dtype=target_dtype)
                     offload_weight(value, name, parking, index=parked)
                     continue
                 set_module_tensor_to_device(model, name, _device_key(device) if

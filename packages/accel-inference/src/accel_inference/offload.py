@@ -21,18 +21,29 @@ from torch import nn
 
 __all__ = ["offload_weight", "load_offloaded_weight", "save_offload_index", "offload_state_dict",
            "OffloadedWeightsLoader", "PrefixedDataset", "extract_submodules_state_dict",
-           "load_offloaded_weights", "read_offload_index", "get_state_dict_from_offload"]
+           "load_offloaded_weights", "read_offload_index", "get_state_dict_from_offload",
+           "get_state_dict_offloaded_model"]
 
 INDEX_NAME = "index.json"
+
+#: dtypes numpy lacks -> the integer type of the same width their bytes are stored as
+_CARRIERS: dict[str, torch.dtype] = {"bfloat16": torch.int16, **{
+    name: torch.int8 for name in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz",
+                                  "float8_e5m2fnuz", "float8_e8m0fnu")
+    if hasattr(torch, name)}}
 
 
 def offload_weight(weight: torch.Tensor, weight_name: str, offload_folder: str | os.PathLike[str],
                    index: dict[str, Any] | None = None) -> dict[str, Any] | None:
-    """Write ``weight`` to ``offload_folder/<weight_name>.dat``; record it in ``index``."""
+    """Write ``weight`` to ``offload_folder/<weight_name>.dat``; record it in ``index``.
+
+    numpy has no bfloat16 nor fp8: those are stored as same-width integers and the index
+    keeps the real dtype's name, which :func:`load_offloaded_weight` views back."""
     dtype = None
     weight = weight.detach()
-    if weight.dtype == torch.bfloat16:
-        weight, dtype = weight.view(torch.int16), "bfloat16"
+    carrier = _CARRIERS.get(str(weight.dtype).removeprefix("torch."))
+    if carrier is not None:
+        weight, dtype = weight.view(carrier), str(weight.dtype).removeprefix("torch.")
     array = weight.cpu().numpy()
     if index is not None:
         index[weight_name] = {"dtype": dtype or str(array.dtype), "shape": list(array.shape)}
@@ -50,12 +61,13 @@ def load_offloaded_weight(weight_file: str | os.PathLike[str], weight_info: Mapp
     """Read one ``.dat`` file back as a tensor (a copy: the memmap is closed after)."""
     shape = tuple(weight_info["shape"]) or (1,)
     dtype = weight_info["dtype"]
-    stored = "int16" if dtype == "bfloat16" else dtype
+    carrier = _CARRIERS.get(dtype)
+    stored = str(carrier).removeprefix("torch.") if carrier is not None else dtype
     array = np.memmap(weight_file, dtype=stored, shape=shape, mode="r")
     if not weight_info["shape"]:
         array = array[0]
     tensor = torch.from_numpy(np.array(array, copy=True))
-    return tensor.view(torch.bfloat16) if dtype == "bfloat16" else tensor
+    return tensor.view(getattr(torch, dtype)) if carrier is not None else tensor
 
 
 def save_offload_index(index: Mapping[str, Any], offload_folder: str | os.PathLike[str]) -> None:
@@ -192,3 +204,27 @@ def get_state_dict_from_offload(module: nn.Module, module_name: str,
             if full in state_dict:
                 state_dict[full] = tensor
     return state_dict
+
+
+def get_state_dict_offloaded_model(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The full state dict of a model dispatched with CPU or disk offload, on the CPU.
+
+    ``model.state_dict()`` of such a model holds meta placeholders where a hook keeps the
+    real weights; each offloaded module's weights are brought in one module at a time (so
+    peak memory stays one module above the result) and copied out before the hook drops
+    them again. The keys and their order are ``model.state_dict()``'s.
+    """
+    from accel_inference.tensors import align_module_device, has_offloaded_params
+
+    state_dict = {key: tensor.detach() for key, tensor in model.state_dict().items()}
+    done: list[str] = []
+    for name, module in model.named_modules():
+        prefix = f"{name}." if name else ""
+        if not has_offloaded_params(module) or any(prefix.startswith(d) for d in done):
+            continue
+        with align_module_device(module, "cpu"):  # a hook placing submodules fills them too
+            for key, tensor in module.state_dict().items():
+                if prefix + key in state_dict:
+                    state_dict[prefix + key] = tensor.detach().to("cpu", copy=True)
+        done.append(prefix)
+    return {key: tensor.cpu() for key, tensor in state_dict.items()}

@@ -62,6 +62,12 @@ def set_module_tensor_to_device(module: nn.Module, tensor_name: str, device: Any
         return
     if old is None:
         raise ConfigurationError(f"{tensor_name!r} is None in the model: nothing to place.")
+    if (isinstance(value, torch.Tensor) and value.shape != old.shape
+            and type(old).__name__ != "Params4bit"):  # 4-bit weights are stored packed
+        raise ConfigurationError(
+            f"value for {tensor_name!r} has shape {tuple(value.shape)}, but the model's tensor "
+            f"has shape {tuple(old.shape)}: this is a weight of another layer or model; check "
+            "the checkpoint matches the model.")
     target = torch.device(device) if not isinstance(device, torch.device) else device
     if value is None and old.device.type == "meta" and target.type != "meta":
         raise ConfigurationError(f"{tensor_name!r} is on the meta device: pass value= (the "

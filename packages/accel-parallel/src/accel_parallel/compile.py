@@ -63,6 +63,9 @@ class DynamoBackend(str, enum.Enum):
 
 
 _MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+#: what each torch.compile argument means when left out (``"no"``: the plugin's own default)
+_COMPILE_DEFAULTS = {"backend": "no", "mode": "default", "fullgraph": False, "dynamic": None,
+                     "options": None, "disable": False}
 
 
 @dataclass
@@ -119,15 +122,13 @@ class TorchDynamoPlugin(KwargsHandler):
         return values
 
     def to_kwargs(self) -> dict[str, Any]:
-        """The keyword arguments of ``torch.compile``."""
-        kwargs: dict[str, Any] = {"backend": self.backend.value.lower(),
+        """The keyword arguments of ``torch.compile`` that differ from its defaults, as every
+        ``KwargsHandler`` gives only what was changed (Accelerate's rule); the defaults are
+        the fields' own, never the ``ACCELERATE_DYNAMO_*`` environment."""
+        kwargs: dict[str, Any] = {"backend": self.backend.value.lower(), "mode": self.mode,
                                   "fullgraph": self.fullgraph, "dynamic": self.dynamic,
-                                  "disable": self.disable}
-        if self.options:
-            kwargs["options"] = self.options
-        else:
-            kwargs["mode"] = self.mode
-        return kwargs
+                                  "options": self.options or None, "disable": self.disable}
+        return {k: v for k, v in kwargs.items() if v != _COMPILE_DEFAULTS[k]}
 
 
 def is_compiled_module(module: Any) -> bool:

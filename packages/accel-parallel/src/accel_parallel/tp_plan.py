@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from accel_state import ConfigurationError
 
-__all__ = ["STYLE_NAMES", "make_style", "model_tp_plan", "resolve_tp_plan"]
+__all__ = ["STYLE_NAMES", "make_style", "model_tp_plan", "resolve_tp_plan", "get_model_tp_size"]
 
 #: Style names accel understands (transformers' spellings), and what each one does.
 STYLE_NAMES = {
@@ -82,6 +82,17 @@ def model_tp_plan(model: torch.nn.Module) -> dict[str, Any] | None:
     if prefix and isinstance(getattr(model, prefix, None), torch.nn.Module):
         return {f"{prefix}.{key}": value for key, value in plan.items()}
     return plan
+
+
+def get_model_tp_size(model: torch.nn.Module) -> int | None:
+    """The tensor-parallel degree transformers sharded ``model`` with, else None: the
+    model's ``tp_size`` (transformers < 5), else its config's ``distributed_config.tp_size``
+    (transformers >= 5, an object or a dict)."""
+    size = getattr(model, "tp_size", None)
+    if size is not None:
+        return size
+    config = getattr(getattr(model, "config", None), "distributed_config", None)
+    return config.get("tp_size") if isinstance(config, dict) else getattr(config, "tp_size", None)
 
 
 def _pattern(key: str) -> re.Pattern[str]:

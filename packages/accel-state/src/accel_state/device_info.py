@@ -98,9 +98,9 @@ def check_os_kernel() -> None:
         return
     found = _version(info.release)
     if len(found) == 3 and found < _MIN_KERNEL:
-        logger.warning("Detected Linux kernel %s, below the recommended minimum %s: processes "
-                       "may hang. Upgrade the kernel to %s or newer.", info.release,
-                       ".".join(map(str, _MIN_KERNEL)), ".".join(map(str, _MIN_KERNEL)))
+        minimum = ".".join(map(str, _MIN_KERNEL))
+        logger.warning(f"Detected Linux kernel {info.release}, below the recommended minimum "
+                       f"{minimum}: processes may hang. Upgrade the kernel to {minimum} or newer.")
 
 
 def _gpu_cpu_affinity(local_process_index: int) -> list[int]:

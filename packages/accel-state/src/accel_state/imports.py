@@ -104,25 +104,45 @@ def is_cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
-def is_mps_available() -> bool:
+def is_mps_available(min_version: str = "1.12") -> bool:
+    """Apple's MPS backend is built and usable, on torch >= ``min_version``."""
     import torch
 
     backend = getattr(torch.backends, "mps", None)
-    return bool(backend is not None and backend.is_available())
+    return bool(backend is not None and is_torch_version(">=", min_version)
+                and backend.is_built() and backend.is_available())
 
 
-def is_xpu_available() -> bool:
+def _torch_device_backend(attr: str, check_device: bool) -> bool:
+    """torch's ``attr`` backend is usable; ``check_device`` also asks it to count devices
+    (a driver error then means "no device" rather than an exception)."""
     import torch
 
-    return bool(hasattr(torch, "xpu") and torch.xpu.is_available())
+    backend = getattr(torch, attr, None)
+    if backend is None:
+        return False
+    if check_device:
+        try:
+            return bool(backend.device_count() > 0 and backend.is_available())
+        except RuntimeError:
+            return False
+    return bool(backend.is_available())
 
 
-def is_npu_available() -> bool:
+def is_xpu_available(check_device: bool = False) -> bool:
+    """Intel GPUs through stock torch's ``torch.xpu``."""
+    return _torch_device_backend("xpu", check_device)
+
+
+def is_npu_available(check_device: bool = False) -> bool:
+    """Ascend NPUs: ``torch_npu`` installed and importable (``check_device``: and a device)."""
     if not is_package_available("torch_npu"):
         return False
-    import torch
-
-    return bool(hasattr(torch, "npu") and torch.npu.is_available())
+    try:
+        importlib.import_module("torch_npu")
+    except Exception:  # noqa: BLE001 - a broken vendor install means "no NPU", as in Accelerate
+        return False
+    return _torch_device_backend("npu", check_device)
 
 
 def is_bf16_available(ignore_tpu: bool = False) -> bool:
@@ -149,7 +169,14 @@ def _dist_probe(module: str, *dists: str):  # noqa: ANN202 - small factory of pr
     return probe
 
 
-is_numpy_available = _dist_probe("numpy")
+
+
+def is_numpy_available(min_version: str = "1.25.0") -> bool:
+    """numpy installed at ``min_version`` or newer (reads metadata; imports nothing)."""
+    version = package_version("numpy")
+    return version is not None and compare_versions(version, ">=", min_version)
+
+
 is_safetensors_available = _dist_probe("safetensors")
 is_deepspeed_available = _dist_probe("deepspeed", "deepspeed")
 is_torchao_available = _dist_probe("torchao", "torchao")

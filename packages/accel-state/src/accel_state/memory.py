@@ -19,10 +19,13 @@ import torch
 __all__ = ["clear_device_cache", "release_memory", "should_reduce_batch_size",
            "find_executable_batch_size"]
 
-# the messages torch raises when an allocation fails (CUDA, cuDNN workspaces, CPU, XPU, MPS)
-_OOM_MESSAGES = ("CUDA out of memory.", "cuDNN error: CUDNN_STATUS_NOT_SUPPORTED.",
-                 "DefaultCPUAllocator: can't allocate memory", "XPU out of memory.",
-                 "MPS backend out of memory")
+# the messages torch raises when an allocation fails (" out of memory.": CUDA, HIP, XPU, ...;
+# cuDNN workspaces, the CPU allocator, MPS, Gaudi's device memory)
+_OOM_MESSAGES = (" out of memory.", "cuDNN error: CUDNN_STATUS_NOT_SUPPORTED.",
+                 "DefaultCPUAllocator: can't allocate memory", "MPS backend out of memory",
+                 "FATAL ERROR :: MODULE:PT_DEVMEM Allocation failed")
+#: each out-of-memory retry runs with this fraction of the failed batch size (Accelerate 1.x)
+_REDUCTION = 0.9
 
 
 def clear_device_cache(garbage_collection: bool = False) -> None:
@@ -63,7 +66,8 @@ def find_executable_batch_size(function: Callable[..., Any] | None = None,
                                reduce_batch_size_fn: Callable[[], int] | None = None
                                ) -> Any:
     """Decorator: call ``function(batch_size, *args, **kwargs)`` with ``starting_batch_size``,
-    and again with a smaller one (half, or ``reduce_batch_size_fn()``) each time it fails
+    and again with a smaller one (90 % of it, rounded down, or ``reduce_batch_size_fn()``:
+    128, 115, 103, ...) each time it fails
     for lack of memory, clearing the device cache in between. Other errors are raised as
     they are; reaching zero raises ``RuntimeError``. The decorated function is called
     without its first argument: the decorator supplies it.
@@ -97,6 +101,7 @@ def find_executable_batch_size(function: Callable[..., Any] | None = None,
                 if not should_reduce_batch_size(exc):
                     raise
                 clear_device_cache(garbage_collection=True)
-                batch_size = reduce_batch_size_fn() if reduce_batch_size_fn else batch_size // 2
+                batch_size = (reduce_batch_size_fn() if reduce_batch_size_fn
+                              else int(batch_size * _REDUCTION))
 
     return decorator

@@ -40,6 +40,12 @@ class Registry(Generic[T]):
         self._items[key] = obj
         return obj
 
+    def unregister(self, name: str) -> None:
+        """Forget ``name``, registered or from an entry point (unknown names are ignored)."""
+        key = name.lower()
+        self._items.pop(key, None)
+        self._discover().pop(key, None)
+
     def _discover(self) -> dict[str, importlib.metadata.EntryPoint]:
         if self._entry_points is None:
             found = importlib.metadata.entry_points(group=self.group)

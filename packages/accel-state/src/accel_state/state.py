@@ -99,6 +99,9 @@ class PartialState:
             self._adopt_process_group()
 
     def _pick_device(self, device_type: str) -> torch.device:
+        forced = env.TORCH_DEVICE.get()
+        if forced and torch.device(forced).type == device_type:
+            return torch.device(forced)  # ACCELERATE_TORCH_DEVICE names the device, index too
         if device_type == "cpu":
             return torch.device("cpu")
         if device_type == "mps":
@@ -152,6 +155,14 @@ class PartialState:
         self._owns_process_group = False
 
     # -- read-only views ----------------------------------------------------------------------
+    _STATE_ATTRIBUTES = frozenset({"device", "distributed_type", "backend", "num_processes",
+                                   "process_index", "local_process_index", "debug",
+                                   "fork_launched", "launch_source", "_cpu"})
+
+    def __getattr__(self, name: str) -> Any:
+        """Only misses land here: a state attribute is missing after ``_reset_state()``."""
+        raise _missing_attribute(type(self).__name__, name, name in self._STATE_ATTRIBUTES)
+
     @property
     def initialized(self) -> bool:
         return bool(self._shared_state)
@@ -298,6 +309,15 @@ def _split(inputs: Any, n: int, index: int, apply_padding: bool) -> Any:
         else:
             share = share + type(share)(filler) * missing
     return share
+
+
+def _missing_attribute(owner: str, name: str, was_reset: bool) -> AttributeError:
+    """The usual AttributeError, or for a state attribute the hint that the state was reset."""
+    if not was_reset:
+        return AttributeError(f"{owner!r} object has no attribute {name!r}")
+    return AttributeError(
+        f"`{owner}` object has no attribute `{name}`. This happens if `{owner}._reset_state()` "
+        f"was called and no `{owner}` (or `Accelerator`) was created afterwards; create one.")
 
 
 def _destroy_owned_group_at_exit() -> None:

@@ -131,8 +131,10 @@ def read_mlflow_runs(tracking_uri: str, experiment_name: str) -> list[dict[str, 
     return result
 
 
-def read_dvclive_metrics(live_dir: str | os.PathLike[str]) -> dict[str, list[tuple[int, float]]]:
-    """``{metric: [(step, value), ...]}`` from DVCLive's ``plots/metrics/*.tsv`` files."""
+def read_dvclive_metrics(live_dir: str | os.PathLike[str]
+                         ) -> dict[str, list[tuple[int, float | str]]]:
+    """``{metric: [(step, value), ...]}`` from DVCLive's ``plots/metrics/*.tsv`` files
+    (a value that is not a number, such as a logged string, stays a string)."""
     metrics = {}
     root = os.path.join(os.fspath(live_dir), "plots", "metrics")
     for path in sorted(glob.glob(os.path.join(root, "**", "*.tsv"), recursive=True)):
@@ -140,8 +142,15 @@ def read_dvclive_metrics(live_dir: str | os.PathLike[str]) -> dict[str, list[tup
             header, *rows = [line.rstrip("\n").split("\t") for line in file if line.strip()]
         step, value = header.index("step"), len(header) - 1
         name = os.path.relpath(path, root)[:-len(".tsv")].replace(os.sep, "/")
-        metrics[name] = [(int(row[step]), float(row[value])) for row in rows]
+        metrics[name] = [(int(row[step]), _number_or_text(row[value])) for row in rows]
     return metrics
+
+
+def _number_or_text(cell: str) -> float | str:
+    try:
+        return float(cell)
+    except ValueError:
+        return cell
 
 
 def _archive_text(path: str, member: str) -> str:

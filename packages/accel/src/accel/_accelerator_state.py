@@ -16,9 +16,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from accel_state import ConfigurationError, DistributedType, PartialState, env
-from accel_state.state import SharedDict
+from accel_state.state import SharedDict, _missing_attribute
 
 __all__ = ["AcceleratorState"]
+
+#: what the shared state holds once built: the process state's and the resolved run's
+_STATE_ATTRIBUTES = PartialState._STATE_ATTRIBUTES | {
+    "mixed_precision", "dynamo_plugin", "deepspeed_plugins", "fsdp_plugin", "torch_tp_plugin",
+    "megatron_lm_plugin", "parallelism_config", "device_mesh", "downcast_bfloat"}
 
 
 class AcceleratorState:
@@ -106,11 +111,20 @@ class AcceleratorState:
 
     # -- shared-state plumbing ------------------------------------------------------------------
     def __getattr__(self, name: str) -> Any:
-        """Everything the process state knows (device, ranks, ``wait_for_everyone``, ...)."""
+        """Everything the process state knows (device, ranks, ``wait_for_everyone``, ...).
+        After ``_reset_state()`` the state's own attributes are gone until an Accelerator
+        (or AcceleratorState) is built again, and the error says so."""
         if name.startswith("__") or name in ("_shared_state", "_partial"):
             raise AttributeError(name)
         partial = self._shared_state.get("_partial")
-        return getattr(partial if partial is not None else PartialState(), name)
+        if partial is None:
+            raise _missing_attribute("AcceleratorState", name, name in _STATE_ATTRIBUTES)
+        try:
+            return getattr(partial, name)
+        except AttributeError:
+            if hasattr(type(partial), name):
+                raise  # a property of the process state failed inside: keep its own error
+            raise _missing_attribute("AcceleratorState", name, False) from None
 
     @property
     def initialized(self) -> bool:

@@ -16,6 +16,7 @@ Accelerator its methods; ``accel.checkpointing`` (Accelerate's module path) re-e
 from __future__ import annotations
 
 import collections
+import functools
 import os
 import re
 from collections.abc import Callable
@@ -62,6 +63,7 @@ def init_checkpointing(accelerator: Any, project_dir: str | os.PathLike[str] | N
                                  f"{type(config).__name__}.")
     if project_dir is not None and config.project_dir is None:
         config.set_directories(project_dir)
+    config.check_automatic_naming()
     accelerator.project_configuration = config
     accelerator._save_model_state_pre_hook = collections.OrderedDict()
     accelerator._load_model_state_pre_hook = collections.OrderedDict()
@@ -106,7 +108,7 @@ def checkpoint_gate(accelerator: Any) -> None:
 def _arm_gate(accelerator: Any) -> None:
     """Make every prepared optimizer run :func:`checkpoint_gate` before its next step."""
     for optimizer in accelerator._optimizers:
-        optimizer._before_step = lambda: checkpoint_gate(accelerator)
+        optimizer._before_step = functools.partial(checkpoint_gate, accelerator)  # picklable
 
 
 def _stable_tensors(accelerator: Any) -> list[torch.Tensor]:
@@ -293,6 +295,17 @@ def _weights_module(accelerator: Any, model: torch.nn.Module) -> torch.nn.Module
     return accelerator.unwrap_model(model, keep_torch_compile=False)
 
 
+def _full_state_dict(layout: Any, module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The layout's full state dict; for a model dispatched with CPU/disk offload (big-model
+    hooks hold its weights, its parameters are meta) the weights the hooks hold."""
+    from accel_inference.offload import get_state_dict_offloaded_model
+    from accel_inference.tensors import has_offloaded_params
+
+    if any(has_offloaded_params(sub) for sub in module.modules()):
+        return get_state_dict_offloaded_model(module)
+    return layout.full_state_dict(module)
+
+
 def get_state_dict(accelerator: Any, model: torch.nn.Module, unwrap: bool = True
                    ) -> dict[str, torch.Tensor]:
     """The model's full state dict (of the unwrapped model by default).
@@ -302,7 +315,7 @@ def get_state_dict(accelerator: Any, model: torch.nn.Module, unwrap: bool = True
     memory on the main process, the others get ``{}`` (as Accelerate's FSDP full state
     dict with ``rank0_only``)."""
     layout = checkpoint_layout(accelerator, [model])
-    return layout.full_state_dict(_weights_module(accelerator, model) if unwrap else model)
+    return _full_state_dict(layout, _weights_module(accelerator, model) if unwrap else model)
 
 
 def save_model(accelerator: Any, model: torch.nn.Module, save_directory: str | os.PathLike[str],
@@ -310,7 +323,7 @@ def save_model(accelerator: Any, model: torch.nn.Module, save_directory: str | o
     """Write the unwrapped weights (main process, or each machine's with save_on_each_node
     when every rank holds them): one file or shards + index."""
     layout = checkpoint_layout(accelerator, [model])
-    state_dict = layout.full_state_dict(_weights_module(accelerator, model))
+    state_dict = _full_state_dict(layout, _weights_module(accelerator, model))
     each_node = (accelerator.project_configuration.save_on_each_node
                  and layout.full_state_on_every_rank)
     if accelerator.is_local_main_process if each_node else accelerator.is_main_process:

@@ -6,25 +6,19 @@
 
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any
 
 from accel_state.errors import ConfigurationError
 from accel_tracking import (
-    AimTracker,
-    ClearMLTracker,
-    CometMLTracker,
-    DVCLiveTracker,
+    TRACKERS,
     GeneralTracker,
-    MLflowTracker,
-    SwanLabTracker,
-    TensorBoardTracker,
     TrackerGroup,
-    TrackioTracker,
-    WandBTracker,
     build_trackers,
     filter_trackers,
+    register_tracker_class,
 )
 
 if TYPE_CHECKING:
@@ -33,12 +27,36 @@ if TYPE_CHECKING:
 __all__ = ["TrackingMixin", "LOGGER_TYPE_TO_CLASS", "setup_tracking", "end_tracking",
            "init_trackers"]
 
-#: Accelerate's name -> built-in tracker class table.
-LOGGER_TYPE_TO_CLASS: dict[str, type[GeneralTracker]] = {
-    cls.name: cls for cls in (AimTracker, CometMLTracker, TensorBoardTracker, WandBTracker,
-                              ClearMLTracker, MLflowTracker, DVCLiveTracker, SwanLabTracker,
-                              TrackioTracker)
-}
+class _TrackerTable(MutableMapping[str, type[GeneralTracker]]):
+    """Accelerate's name -> tracker class table, as a view of the tracker registry: it holds
+    the built-ins, entry-point trackers and classes given to ``register_tracker_class``, and
+    writing to it (``table[name] = cls``, ``del``, ``clear``) changes the registry."""
+
+    def __getitem__(self, name: str) -> type[GeneralTracker]:
+        if not isinstance(name, str) or name not in TRACKERS:
+            raise KeyError(name)
+        return TRACKERS.get(name)
+
+    def __setitem__(self, name: str, cls: type[GeneralTracker]) -> None:
+        register_tracker_class(cls, name, override=True)
+
+    def __delitem__(self, name: str) -> None:
+        if not isinstance(name, str) or name not in TRACKERS:
+            raise KeyError(name)
+        TRACKERS.unregister(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(TRACKERS.load_all())
+
+    def __len__(self) -> int:
+        return len(TRACKERS.names())
+
+    def __repr__(self) -> str:
+        return f"LOGGER_TYPE_TO_CLASS({dict(self)!r})"
+
+
+#: Accelerate's name -> tracker class table (a live view of the registry).
+LOGGER_TYPE_TO_CLASS: MutableMapping[str, type[GeneralTracker]] = _TrackerTable()
 
 
 def logging_dir_of(accelerator: Accelerator) -> str | os.PathLike[str] | None:
@@ -54,8 +72,13 @@ def setup_tracking(accelerator: Accelerator, log_with: Any) -> None:
 
 def _group(accelerator: Accelerator, trackers: list[GeneralTracker],
            strict: bool | None) -> TrackerGroup:
+    # a partial of a module function, not a lambda: a pickled Accelerator carries its group
     return TrackerGroup(trackers, strict=strict,
-                        is_main_process=lambda: accelerator.is_main_process)
+                        is_main_process=functools.partial(_is_main_process, accelerator))
+
+
+def _is_main_process(accelerator: Accelerator) -> bool:
+    return accelerator.is_main_process
 
 
 def init_trackers(accelerator: Accelerator, project_name: str,

@@ -10,6 +10,7 @@ is. Kept thin on purpose.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -31,6 +32,7 @@ from accel._data import DataMixin, resolve_dataloader_config
 from accel._device_map import DeviceMapMixin, refuse_dispatched_models
 from accel._handlers import HandlersMixin
 from accel._lomo import LomoMixin
+from accel._module_compat import forward_to
 from accel._parallelism import ParallelismMixin
 from accel._precision import PrecisionMixin
 from accel._preemption import PreemptionMixin
@@ -50,6 +52,7 @@ from accel.optimizer import AcceleratedOptimizer
 from accel.scheduler import AcceleratedScheduler
 
 __all__ = ["Accelerator"]
+__getattr__ = forward_to(__name__, "accel.utils", "accel.state", "accel.data_loader")
 
 
 
@@ -127,11 +130,15 @@ class Accelerator(ProcessMixin, PrecisionMixin, DataMixin, _ckpt.CheckpointingMi
         _tracking.setup_tracking(self, log_with)
         # end_training(): wait for async checkpoint writes, then finish the trackers' runs
         self._end_training_hooks: list[Callable[[], None]] = [
-            self.wait_for_checkpoint, lambda: _tracking.end_tracking(self)]
+            self.wait_for_checkpoint, functools.partial(_tracking.end_tracking, self)]
 
     @property
     def sync_gradients(self) -> bool:
         return self.gradient_state.sync_gradients
+
+    @sync_gradients.setter
+    def sync_gradients(self, sync: bool) -> None:
+        self.gradient_state._set_sync_gradients(sync)
 
     @property
     def gradient_accumulation_steps(self) -> int:

@@ -10,12 +10,17 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from accel_state.errors import ConfigurationError
+
+#: Accelerate's logger name for these helpers (user code filters and tests look it up)
+_environment_logger = logging.getLogger("accel.utils.environment")
+_ENV_FILE_FORBIDDEN = (" ", ";", "<", ">", "\n")
 
 __all__ = [
     "EnvVar",
@@ -191,12 +196,23 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 def purge_accelerate_environment(func_or_cls: _F) -> _F:
     """Decorator: drop ``ACCEL_*``/``ACCELERATE_*`` variables set while the function runs.
 
-    On a class, every ``test*`` method plus ``setUp``/``tearDown`` is wrapped.
+    On a class (a ``unittest.TestCase`` or a pytest class), every ``test*`` method plus
+    ``setUp``/``tearDown`` is wrapped, those of its subclasses too.
     """
     if isinstance(func_or_cls, type):
-        for attr, value in list(vars(func_or_cls).items()):
-            if callable(value) and (attr.startswith("test") or attr in ("setUp", "tearDown")):
-                setattr(func_or_cls, attr, purge_accelerate_environment(value))
+        _purge_test_methods(func_or_cls)
+        inherited = func_or_cls.__dict__.get("__init_subclass__")
+
+        def __init_subclass__(cls: type, **kwargs: Any) -> None:
+            if inherited is not None:
+                inherited.__func__(cls, **kwargs)
+            else:
+                super(func_or_cls, cls).__init_subclass__(**kwargs)
+            _purge_test_methods(cls)
+
+        func_or_cls.__init_subclass__ = classmethod(__init_subclass__)  # type: ignore[assignment]
+        return func_or_cls
+    if getattr(func_or_cls, "_accel_purges_environment", False):
         return func_or_cls
 
     @functools.wraps(func_or_cls)
@@ -211,15 +227,29 @@ def purge_accelerate_environment(func_or_cls: _F) -> _F:
                 else:
                     os.environ[key] = before[key]
 
+    wrapper._accel_purges_environment = True  # type: ignore[attr-defined]
     return wrapper  # type: ignore[return-value]
 
 
+def _purge_test_methods(cls: type) -> None:
+    """Wrap the test methods ``cls`` defines or inherits (each once)."""
+    for attr in dir(cls):
+        if attr.startswith("test") or attr in ("setUp", "tearDown"):
+            value = getattr(cls, attr)
+            if callable(value) and not isinstance(value, type):
+                setattr(cls, attr, purge_accelerate_environment(value))
+
+
 def convert_dict_to_env_variables(current_env: Mapping[str, Any]) -> list[str]:
-    """``KEY=value\\n`` lines for an env file; keys or values with spaces/semicolons are skipped."""
+    """``KEY=value\\n`` lines for an env file (DeepSpeed's launcher sources it in a shell).
+    An empty key or value, or one with a space, ``;``, ``<``, ``>`` or a newline, is skipped
+    with a warning on the ``accel.utils.environment`` logger."""
     lines = []
     for key, value in current_env.items():
         value = str(value)
-        if any(c in key + value for c in (" ", ";", "\n")) or not key:
+        if not key or not value or any(c in key + value for c in _ENV_FILE_FORBIDDEN):
+            _environment_logger.warning("Skipping %s=%s for the env file: empty, or it contains "
+                                        "one of %r.", key, value, "".join(_ENV_FILE_FORBIDDEN))
             continue
         lines.append(f"{key}={value}\n")
     return lines

@@ -20,8 +20,8 @@ STRATEGY = _var("ACCEL_STRATEGY", "Name of a registered strategy (entry-point gr
 LAUNCHED = _var("ACCEL_LAUNCHED", "Set to 1 in every worker started by `accel launch`.")
 LOG_LEVEL = _var("ACCEL_LOG_LEVEL", "Level of loggers made by accel_state.logging.get_logger "
                  "when none is given (DEBUG, INFO, WARNING, ...).", "ACCELERATE_LOG_LEVEL")
-TORCH_DEVICE = _var("ACCEL_TORCH_DEVICE", "Device type to use instead of auto-detection "
-                    "(e.g. cpu, cuda).", "ACCELERATE_TORCH_DEVICE")
+TORCH_DEVICE = _var("ACCEL_TORCH_DEVICE", "Device to use instead of auto-detection (e.g. cpu, "
+                    "cuda, cuda:1: the index is kept).", "ACCELERATE_TORCH_DEVICE")
 PROCESS_GROUP_TIMEOUT = _var("ACCEL_PROCESS_GROUP_TIMEOUT", "Seconds before a collective gives "
                              "up; InitProcessGroupKwargs(timeout=...) overrides it.")
 

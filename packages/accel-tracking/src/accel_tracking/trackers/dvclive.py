@@ -44,15 +44,16 @@ class DVCLiveTracker(GeneralTracker):
 
     @on_main_process
     def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
-        """Numbers become metrics at ``step`` (DVCLive's own counter when ``None``), then a step."""
+        """Numbers and strings (DVCLive records both) become metrics at ``step`` (DVCLive's
+        own counter when ``None``), then a step."""
         if step is not None:
             self.live.step = step
         for key, value in values.items():
-            number = as_number(value)
-            if number is None:
-                skip_warning(self.name, key, value, "DVCLive metrics are numbers")
+            metric = value if isinstance(value, str) else as_number(value)
+            if metric is None:
+                skip_warning(self.name, key, value, "DVCLive metrics are numbers or strings")
             else:
-                self.live.log_metric(key, number, **kwargs)
+                self.live.log_metric(key, metric, **kwargs)
         self.live.next_step()
 
     @on_main_process

@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from accel_state.errors import ConfigurationError
+
 from accel_tracking.base import (
     GeneralTracker,
     InitRunTracker,
@@ -18,7 +20,8 @@ from accel_tracking.base import (
     skip_warning,
 )
 
-__all__ = ["CometMLTracker", "AimTracker", "ClearMLTracker", "SwanLabTracker", "TrackioTracker"]
+__all__ = ["CometMLTracker", "AimTracker", "ClearMLTracker", "SwanLabTracker", "TrackioTracker",
+           "clearml_title_series"]
 
 
 class CometMLTracker(GeneralTracker):
@@ -129,6 +132,19 @@ class AimTracker(GeneralTracker):
             self.writer.close()
 
 
+def clearml_title_series(name: str) -> tuple[str, str]:
+    """ClearML's (title, series) for a logged name: ``"title/series"`` as written; else, as
+    Accelerate does, an ``eval_`` / ``test_`` / ``train_`` prefix is the series and the rest
+    the title (``"eval_loss"`` -> ``("loss", "eval")``), and other names go to ``"train"``."""
+    title, slash, series = name.partition("/")
+    if slash:
+        return title, series or title
+    for prefix in ("eval", "test", "train"):
+        if name.startswith(f"{prefix}_"):
+            return name[len(prefix) + 1:], prefix
+    return name, "train"
+
+
 class ClearMLTracker(GeneralTracker):
     """Log to a ClearML task (the current one when the script already runs inside a task).
 
@@ -176,7 +192,8 @@ class ClearMLTracker(GeneralTracker):
 
     @on_main_process
     def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
-        """``title/series`` keys split into ClearML's title and series; no step -> single value."""
+        """Scalars by ClearML title and series (see :func:`clearml_title_series`); without a
+        step, single values."""
         logger = self.task.get_logger()
         for key, value in values.items():
             number = as_number(value)
@@ -186,9 +203,9 @@ class ClearMLTracker(GeneralTracker):
             if step is None:
                 logger.report_single_value(name=key, value=number, **kwargs)
                 continue
-            title, _, series = key.partition("/")
-            logger.report_scalar(title=title, series=series or title, value=number,
-                                 iteration=step, **kwargs)
+            title, series = clearml_title_series(key)
+            logger.report_scalar(title=title, series=series, value=number, iteration=step,
+                                 **kwargs)
 
     @on_main_process
     def log_images(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
@@ -202,11 +219,16 @@ class ClearMLTracker(GeneralTracker):
     def log_table(self, table_name: str, columns: list[str] | None = None,
                   data: list[list[Any]] | None = None, dataframe: Any = None,
                   step: int | None = None, **kwargs: Any) -> None:
-        """A table from a pandas ``dataframe`` or from ``columns`` + ``data`` rows."""
-        table = dataframe if dataframe is not None else [list(columns or []), *(data or [])]
-        title, _, series = table_name.partition("/")
-        self.task.get_logger().report_table(title=title, series=series or title,
-                                            iteration=step, table_plot=table, **kwargs)
+        """A table from a pandas ``dataframe``, or from ``data`` rows (headed by ``columns``
+        when given, else by its own first row)."""
+        if dataframe is None and data is None:
+            raise ConfigurationError(
+                f"log_table({table_name!r}) got no table: pass dataframe= or data= (rows).")
+        table = dataframe if dataframe is not None else (
+            [list(columns), *data] if columns else [list(row) for row in data])
+        title, series = clearml_title_series(table_name)
+        self.task.get_logger().report_table(title=title, series=series, iteration=step,
+                                            table_plot=table, **kwargs)
 
     @on_main_process
     def finish(self) -> None:

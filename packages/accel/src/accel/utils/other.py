@@ -12,8 +12,14 @@ from accel_parallel import (
     is_compiled_module,
     recursive_getattr,
 )
+from accel_parallel.tp_plan import get_model_tp_size
 from accel_state.imports import is_peft_model
 
+from accel._module_compat import forward_to
+
 __all__ = ["clean_state_dict_for_safetensors", "compile_regions", "extract_model_from_parallel",
-           "get_module_children_bottom_up", "has_compiled_regions", "is_compiled_module",
-           "is_peft_model", "recursive_getattr", "save"]
+           "get_module_children_bottom_up", "get_model_tp_size", "has_compiled_regions",
+           "is_compiled_module", "is_peft_model", "recursive_getattr", "save"]
+
+# the rest of Accelerate's module (``convert_bytes``, ``is_port_in_use``, ...)
+__getattr__ = forward_to(__name__, "accel.utils")

@@ -1,0 +1,39 @@
+"""Tracker behaviour Accelerate's own test suite checks (issue 15): ClearML's title/series
+naming, a table with nothing to show, registering the same class twice."""
+
+from __future__ import annotations
+
+import pytest
+from accel_state.errors import ConfigurationError
+from accel_tracking import TRACKERS, GeneralTracker, register_tracker_class
+from accel_tracking.registry import tracker_class
+from accel_tracking.trackers.services import ClearMLTracker, clearml_title_series
+
+
+@pytest.mark.parametrize(("name", "expected"), [
+    ("eval_loss", ("loss", "eval")), ("test_acc", ("acc", "test")),
+    ("train_loss", ("loss", "train")),
+    ("should_be_under_train", ("should_be_under_train", "train")),
+    ("loss/val", ("loss", "val")), ("loss/", ("loss", "loss")),
+    ("evaluation", ("evaluation", "train")),
+])
+def test_clearml_title_series(name, expected):
+    assert clearml_title_series(name) == expected
+
+
+def test_clearml_table_without_data_names_the_arguments():
+    with pytest.raises(ConfigurationError, match="dataframe= or data="):
+        ClearMLTracker().log_table("empty")
+
+
+def test_registering_the_same_class_twice_is_harmless():
+    class Twice(GeneralTracker):
+        name = "accel_suite_twice"
+        requires_logging_directory = False
+
+    try:
+        register_tracker_class(Twice)
+        register_tracker_class(Twice)  # a re-run notebook cell, a re-imported module
+        assert tracker_class("accel_suite_twice") is Twice
+    finally:
+        TRACKERS._items.pop("accel_suite_twice", None)  # leave the registry as it was
