@@ -183,7 +183,11 @@ def test_to_fsdp2_converts_fsdp1_keys(tmp_path: Path, capsys) -> None:
     assert main(["to-fsdp2", "--config_file", str(out)]) == 2  # no --output_file/--overwrite
     assert "--overwrite" in capsys.readouterr().err
     grad_op = {"fsdp_config": {"fsdp_sharding_strategy": "SHARD_GRAD_OP"}}
-    assert convert_config_to_fsdp2(grad_op)[0]["fsdp_config"]["fsdp_reshard_after_forward"] is False
+    converted = convert_config_to_fsdp2(grad_op)  # a dict, as Accelerate's returns
+    assert converted == {"fsdp_config": {"fsdp_reshard_after_forward": False,
+                                         "fsdp_version": 2}}
+    assert grad_op == {"fsdp_config": {"fsdp_sharding_strategy": "SHARD_GRAD_OP"}}  # untouched
+    assert convert_config_to_fsdp2(converted) is converted  # FSDP2 already: unchanged
     with pytest.raises(ConfigurationError, match="NO_SHARD has no FSDP2 equivalent"):
         convert_config_to_fsdp2({"fsdp_config": {"fsdp_sharding_strategy": "NO_SHARD"}})
 

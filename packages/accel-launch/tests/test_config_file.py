@@ -143,3 +143,30 @@ def test_yaml_round_trip(tmp_path: Path) -> None:
     assert cfg.values["use_fsdp"] is True and cfg.values["fsdp_min_num_params"] == 1000
     assert cfg.values["dynamo_backend"] == "inductor"
     assert load_config_from_file(save_config(cfg.raw, tmp_path / "again.yaml")).raw == data
+
+
+@pytest.mark.parametrize("name", ["accelerate_0_34_fp8.yaml", "accelerate_1_x_fsdp.yaml",
+                                  "accelerate_1_x_parallelism.yaml"])
+def test_loaded_config_writes_back_as_yaml_and_json(tmp_path: Path, name: str) -> None:
+    cfg = load_config_from_file(CONFIGS / name)
+    as_yaml = load_config_from_file(cfg.to_yaml_file(tmp_path / "out" / "c.yaml"))
+    as_json = load_config_from_file(cfg.to_json_file(tmp_path / "c.json"))
+    for back in (as_yaml, as_json):
+        assert back.kind == "yaml"
+        assert back.raw == cfg.raw and back.values == cfg.values
+    assert json.loads((tmp_path / "c.json").read_text()) == cfg.raw
+    assert (tmp_path / "out" / "c.yaml").read_text().lstrip()[0] != "{"  # YAML, not JSON
+    copy = cfg.to_dict()
+    copy["num_processes"] = 99
+    next(v for v in copy.values() if isinstance(v, dict))["changed"] = 1
+    assert "changed" not in str(cfg.raw) and cfg.raw.get("num_processes") != 99
+
+
+def test_deepspeed_json_config_writes_back_as_json_only(tmp_path: Path) -> None:
+    ds = _write(tmp_path, json.dumps({"zero_optimization": {"stage": 3}}), "ds_config.json")
+    cfg = load_config_from_file(ds)
+    back = load_config_from_file(cfg.to_json_file(tmp_path / "copy" / "ds_config.json"))
+    assert back.kind == "deepspeed_json" and back.raw == cfg.raw
+    with pytest.raises(ConfigurationError, match="DeepSpeed JSON config.*to_json_file"):
+        cfg.to_yaml_file(tmp_path / "ds.yaml")
+    assert not (tmp_path / "ds.yaml").exists()

@@ -4,8 +4,10 @@ Accelerate's launch helpers (prepare_*_env)."""
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
+import pickle
 import socket
 from pathlib import Path
 
@@ -36,7 +38,9 @@ def _record(out: str, tag: str) -> None:
 
 @pytest.mark.multiprocess
 def test_debug_and_notebook_launchers_run_two_processes(tmp_path: Path) -> None:
-    debug_launcher(_record, (str(tmp_path), "debug"), num_processes=2)
+    # A functools.partial has no __name__, which torch's elastic agent reads (Accelerate's
+    # scheduler tests launch partials): it must still run on both workers.
+    debug_launcher(functools.partial(_record, str(tmp_path)), ("debug",), num_processes=2)
     notebook_launcher(_record, (str(tmp_path), "nb"), num_processes=2, mixed_precision="bf16",
                       use_port=str(find_free_port()))
     for tag, precision in (("debug", None), ("nb", "bf16")):
@@ -118,6 +122,40 @@ def test_notebook_launcher_arguments_reach_the_elastic_agent(
     assert "FORK_LAUNCHED" not in os.environ  # only while the workers run
 
 
+class _NoName:
+    def __call__(self, *args):
+        return ("called", args)
+
+
+def test_launchers_hand_the_agent_a_named_picklable_entrypoint_for_any_callable(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch.distributed.launcher.api as api
+    from accel_state import PartialState
+
+    seen: list = []
+
+    def fake_elastic_launch(config, entrypoint):
+        name = api._get_entrypoint_name(entrypoint, [])  # what the real agent reads
+        assert entrypoint.__qualname__.endswith(name)
+        return lambda *args: seen.append((name, entrypoint, entrypoint(*args)))
+
+    monkeypatch.setattr(PartialState, "_shared_state", {}, raising=False)
+    monkeypatch.setattr(api, "elastic_launch", fake_elastic_launch)
+    nested = functools.partial(functools.partial(_NoName(), 1), 2)
+    for function, name in ((functools.partial(json.dumps, indent=1), "dumps"),
+                           (nested, "_NoName"), (_NoName(), "_NoName")):
+        seen.clear()
+        debug_launcher(function, (3,), num_processes=2)
+        got_name, entrypoint, result = seen[0]
+        assert got_name == name
+        assert result == function(3)
+        clone = pickle.loads(pickle.dumps(entrypoint))  # spawn start method pickles it
+        assert clone.__name__ == name and clone(3) == function(3)
+    seen.clear()
+    notebook_launcher(json.dumps, ("x",), num_processes=2, use_port=str(find_free_port()))
+    assert seen[0][1] is json.dumps  # a plain function is passed through unchanged
+
+
 def _args(*argv: str) -> argparse.Namespace:
     return launch_command_parser().parse_args(list(argv))
 
@@ -137,3 +175,27 @@ def test_accelerate_launch_helpers_build_command_and_environment() -> None:
     assert ds_env["ACCELERATE_DEEPSPEED_ZERO_STAGE"] == "3"
     with pytest.raises(ConfigurationError, match="needs --use_deepspeed"):
         prepare_deepspeed_cmd_env(_args("t.py"))
+
+
+def _namespace_without_script(**values) -> argparse.Namespace:
+    """A namespace built in code for Accelerate's helpers: no script, Accelerate's defaults."""
+    base = {k: v for k, v in vars(_args("t.py")).items() if not k.startswith("training_script")}
+    return argparse.Namespace(**{**base, "use_megatron_lm": False, "megatron_lm_tp_degree": 1,
+                                 "megatron_lm_pp_degree": 1, "fsdp_offload_params": False,
+                                 "megatron_lm_gradient_clipping": 1.0, **values})
+
+
+def test_prepare_multi_gpu_env_takes_accelerate_namespaces_and_port_zero() -> None:
+    args = _namespace_without_script(cpu=True, num_processes=2, main_process_port=0)
+    out = prepare_multi_gpu_env(args)
+    assert args.master_port.isdigit() and args.master_port != "0"
+    assert out["MASTER_PORT"] == args.master_port == str(args.main_process_port)
+    assert out["WORLD_SIZE"] == "2"
+    fixed = _namespace_without_script(cpu=True, num_processes=2, main_process_port=29433)
+    assert prepare_multi_gpu_env(fixed)["MASTER_PORT"] == fixed.master_port == "29433"
+    several = _namespace_without_script(cpu=True, num_processes=2, num_machines=2,
+                                        main_process_ip="10.0.0.1", main_process_port=0)
+    with pytest.raises(ConfigurationError, match="--main_process_port 0 is invalid"):
+        prepare_multi_gpu_env(several)  # the machines could not agree on a random port
+    with pytest.raises(ConfigurationError, match="--use_megatron_lm is not supported"):
+        prepare_multi_gpu_env(_namespace_without_script(use_megatron_lm=True))

@@ -203,6 +203,51 @@ def test_bad_combinations_are_one_clear_error(argv: list[str], message: str) -> 
     assert message in str(err.value), str(err.value)
 
 
+def test_switches_parse_false_like_accelerate_and_the_config_file_still_wins(
+        tmp_path: Path) -> None:
+    from accel_launch.flags import all_flags
+
+    parsed = _args("t.py")
+    switches = [f.dest for f in all_flags() if f.kind == "switch"]
+    assert {d: getattr(parsed, d) for d in switches} == dict.fromkeys(switches, False)
+    assert all(getattr(parsed, f.dest) is None for f in all_flags() if f.kind != "switch")
+    assert _args("--multi-gpu", "--debug", "t.py").multi_gpu is True
+    config = tmp_path / "c.yaml"
+    config.write_text("distributed_type: FSDP\ndebug: true\nuse_cpu: true\nnum_processes: 2\n"
+                      "downcast_bf16: 'yes'\n")
+    resolved = resolve_launch_args(_args("--config_file", str(config), "t.py"))
+    args, src = resolved.args, resolved.sources
+    # False from the parser is "not given": the config file's true still applies ...
+    for dest in ("debug", "use_fsdp", "cpu"):
+        assert (getattr(args, dest), src[dest]) == (True, f"config file {config}"), dest
+    # ... and a switch nobody set keeps the table's default, with the default as its source.
+    assert (args.use_deepspeed, src["use_deepspeed"]) == (False, "default")
+    assert (args.dry_run, src["dry_run"]) == (False, "default")
+    given = resolve_launch_args(_args("--config_file", str(config), "--quiet", "t.py"))
+    assert (given.args.quiet, given.sources["quiet"]) == (True, "command line")
+
+
+def test_accelerate_default_values_of_refused_and_plugin_flags_pass() -> None:
+    args = _args("t.py")
+    for dest, value in (("use_megatron_lm", False), ("megatron_lm_tp_degree", 1),
+                        ("megatron_lm_pp_degree", 1), ("megatron_lm_gradient_clipping", 1.0),
+                        ("fsdp_offload_params", False), ("fsdp_min_num_params", 0),
+                        ("zero_stage", 0)):
+        setattr(args, dest, value)
+    resolved = resolve_launch_args(args)  # Accelerate's namespace defaults: nothing refused
+    assert resolved.args.use_fsdp is False and resolved.args.fsdp_offload_params is False
+    for dest, value, message in (
+            ("megatron_lm_tp_degree", 2, "--megatron_lm_tp_degree is not supported"),
+            ("megatron_lm_gradient_clipping", 0.5, "--megatron_lm_gradient_clipping is not"),
+            ("use_megatron_lm", True, "--use_megatron_lm is not supported"),
+            ("fsdp_offload_params", True, "--fsdp_offload_params only applies with --use_fsdp"),
+            ("fsdp_min_num_params", 100, "--fsdp_min_num_params only applies with --use_fsdp")):
+        args = _args("t.py")
+        setattr(args, dest, value)
+        with pytest.raises(ConfigurationError, match=message):
+            resolve_launch_args(args)
+
+
 def test_conflicting_sources_name_both(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError) as err:
         _plan("--config_file", str(CONFIGS / "accelerate_1_x_fsdp.yaml"), "--use_deepspeed",

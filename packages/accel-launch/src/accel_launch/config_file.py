@@ -133,6 +133,22 @@ class ConfigFile:
         what = "DeepSpeed JSON" if self.kind == "deepspeed_json" else "config file"
         return f"{what} {self.path}"
 
+    def to_dict(self) -> dict[str, Any]:
+        """The file's content (old keys under today's names), as Accelerate's configs give it."""
+        return json.loads(json.dumps(self.raw))  # a deep copy: editing it leaves self alone
+
+    def to_yaml_file(self, yaml_file: str | os.PathLike[str]) -> Path:
+        """Write the config as YAML (Accelerate's ``to_yaml_file``); it loads back equal."""
+        if self.kind == "deepspeed_json":
+            raise ConfigurationError(
+                f"{self.path} is a DeepSpeed JSON config, which `accel launch` only recognises "
+                "as JSON: use to_json_file(path) with a .json path.")
+        return _write(self.to_dict(), Path(yaml_file), "yaml")
+
+    def to_json_file(self, json_file: str | os.PathLike[str]) -> Path:
+        """Write the config as JSON (Accelerate's ``to_json_file``); it loads back equal."""
+        return _write(self.to_dict(), Path(json_file), "json")
+
 
 def _closest(key: str, known: list[str], where: str, path: Path) -> ConfigurationError:
     close = difflib.get_close_matches(key, known, n=1, cutoff=0.5)
@@ -311,8 +327,12 @@ def load_config_from_file(config_file: str | os.PathLike[str] | None = None) -> 
 def save_config(data: dict[str, Any], path: str | os.PathLike[str]) -> Path:
     """Write ``data`` as YAML (JSON for a ``.json`` path), creating the folder."""
     target = Path(path)
+    return _write(data, target, "json" if target.suffix == ".json" else "yaml")
+
+
+def _write(data: dict[str, Any], target: Path, fmt: str) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
-    if target.suffix == ".json":
+    if fmt == "json":
         target.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     else:
         import yaml

@@ -55,6 +55,9 @@ class Flag:
     """Attribute name when it differs from the first long option."""
     unsupported: str | None = None
     """Why accel refuses this flag (TPU, SageMaker, Megatron-LM): the error's text."""
+    inert: tuple[str, ...] = ()
+    """Values (as ``str(value)``) of a refused flag that mean "off" — Accelerate's parser
+    defaults, e.g. a Megatron-LM TP degree of 1 — so a namespace carrying them passes."""
     metavar: str | None = None
 
     @property
@@ -147,7 +150,9 @@ def _choice(choices: Sequence[str]) -> Any:
 def _add_one(group: Any, flag: Flag) -> None:
     kwargs: dict[str, Any] = {"dest": flag.dest, "default": None, "help": flag.help}
     if flag.kind == "switch":
-        kwargs.update(action="store_const", const=True)
+        # False, as Accelerate's parser has it: a switch cannot be turned off on the command
+        # line, so resolution reads False as "not given" and the config file still applies.
+        kwargs.update(action="store_const", const=True, default=False)
     else:
         if flag.kind in ("int", "float", "bool"):
             kwargs["type"] = _typed(flag.kind, flag.name)

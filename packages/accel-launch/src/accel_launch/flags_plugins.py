@@ -196,9 +196,12 @@ def _refused(opt: str, why: str, kind: str = "str", **kw: object) -> Flag:
                 unsupported=why, **kw)  # type: ignore[arg-type]
 
 
-_MEGATRON_FLAGS = tuple(_refused(f"--megatron_lm_{n}", _MEGATRON) for n in (
-    "tp_degree", "pp_degree", "num_micro_batches", "sequence_parallelism",
-    "recompute_activations", "use_distributed_optimizer", "gradient_clipping"))
+#: Accelerate's defaults of its Megatron-LM flags (1 = no split, clip at 1.0): they pass.
+_MEGATRON_OFF = {"tp_degree": ("1",), "pp_degree": ("1",), "gradient_clipping": ("1.0", "1")}
+_MEGATRON_FLAGS = tuple(_refused(f"--megatron_lm_{n}", _MEGATRON, inert=_MEGATRON_OFF.get(n, ()))
+                        for n in ("tp_degree", "pp_degree", "num_micro_batches",
+                                  "sequence_parallelism", "recompute_activations",
+                                  "use_distributed_optimizer", "gradient_clipping"))
 
 _UNSUPPORTED = Group("refused (Megatron-LM, TPU, SageMaker, IPEX/XPU)", "Accepted by "
                      "Accelerate; accel answers each with one clear error.", (

@@ -14,7 +14,7 @@ import argparse
 from accel_state import env
 from accel_state.errors import ConfigurationError
 
-from accel_launch.elastic import is_port_in_use, probe_host
+from accel_launch.elastic import find_free_port, is_port_in_use, probe_host
 from accel_launch.launch_plan import LaunchPlan, build_launch_plan, validate_launch_args
 from accel_launch.resolve import resolve_launch_args
 
@@ -31,6 +31,10 @@ convert_dict_to_env_variables = env.convert_dict_to_env_variables
 
 def _plan(args: argparse.Namespace) -> LaunchPlan:
     resolved = resolve_launch_args(args)
+    if args.main_process_port == 0 and args.num_machines == 1:
+        # Accelerate's helpers read port 0 as "pick a free one" (one machine only: the
+        # machines of a multi-machine job must agree on theirs, so 0 is refused there).
+        args.main_process_port = find_free_port()
     validate_launch_args(args)
     port = args.main_process_port if args.main_process_port is not None else 29500
     return build_launch_plan(args, probe_host(args), port, resolved.sources)
@@ -51,6 +55,7 @@ def _rendezvous_env(plan: LaunchPlan, args: argparse.Namespace) -> dict[str, str
     out = _full_env(plan)
     env.MASTER_ADDR.set(host.strip("[]"), env=out)
     env.MASTER_PORT.set(port, env=out)
+    args.master_port = port  # the port chosen, where Accelerate's helpers leave it
     env.NODE_RANK.set(args.machine_rank, env=out)
     env.WORLD_SIZE.set(plan.config["nproc_per_node"] * args.num_machines, env=out)
     env.LOCAL_WORLD_SIZE.set(plan.config["nproc_per_node"], env=out)
@@ -58,7 +63,12 @@ def _rendezvous_env(plan: LaunchPlan, args: argparse.Namespace) -> dict[str, str
 
 
 def prepare_multi_gpu_env(args: argparse.Namespace) -> dict[str, str]:
-    """The environment of a multi-process launch (contract + rendezvous address)."""
+    """The environment of a multi-process launch (contract + rendezvous address).
+
+    ``main_process_port=0`` picks a free port; ``args.master_port`` then names it. Only the
+    environment is built, so a namespace without ``training_script`` is fine."""
+    if not hasattr(args, "training_script"):
+        args.training_script, args.training_script_args = "", []
     plan = _plan(args)
     return _rendezvous_env(plan, args)
 

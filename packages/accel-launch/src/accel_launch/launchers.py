@@ -49,6 +49,32 @@ def _check_can_fork() -> None:
             "the function given to notebook_launcher, not before (restart the kernel first).")
 
 
+class _Entrypoint:
+    """The worker function with the ``__name__``/``__qualname__`` torch's elastic agent reads.
+
+    A ``functools.partial`` or a callable object lacks them; the agent only uses them as
+    labels (logs, error reports). A module-level class, so it pickles whenever the
+    function does (spawn start method).
+    """
+
+    def __init__(self, function: Callable[..., Any]) -> None:
+        self.function = function
+        self.__name__ = self.__qualname__ = _callable_name(function)
+
+    def __call__(self, *args: Any) -> Any:
+        return self.function(*args)
+
+
+def _callable_name(function: Callable[..., Any]) -> str:
+    name = getattr(function, "__name__", None)
+    if isinstance(name, str):
+        return name
+    inner = getattr(function, "func", None)  # functools.partial (possibly nested)
+    if inner is not None and inner is not function:
+        return _callable_name(inner)
+    return type(function).__name__
+
+
 def _launch(function: Callable[..., Any], args: tuple[Any, ...], nproc: int, *, cpu: bool,
             mixed_precision: str, port: int, **rdzv: Any) -> None:
     from torch.distributed.launcher.api import elastic_launch
@@ -70,6 +96,9 @@ def _launch(function: Callable[..., Any], args: tuple[Any, ...], nproc: int, *, 
         env.OMP_NUM_THREADS.set(1, env=out)
     config = _fork_config(nproc, port=port, **rdzv)
     with env.patch_environment(**out):
+        if not all(isinstance(getattr(function, a, None), str)
+                   for a in ("__name__", "__qualname__")):
+            function = _Entrypoint(function)
         elastic_launch(config, function)(*args)
 
 

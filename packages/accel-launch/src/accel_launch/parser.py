@@ -18,7 +18,7 @@ import difflib
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-__all__ = ["AccelArgumentParser", "AccelHelpFormatter", "alternate_spellings"]
+__all__ = ["AccelArgumentParser", "AccelHelpFormatter", "alternate_spellings", "verb_parser"]
 
 _ALT_ATTR = "accel_alt_spellings"
 
@@ -122,3 +122,15 @@ class AccelArgumentParser(argparse.ArgumentParser):
             parts.append(f"{flag}{hint}")
         return (f"unknown flag {', '.join(parts)}: remove it or see "
                 f"`{self.prog} --help` for the flags it accepts")
+
+
+def verb_parser(register: Any, verb: str, subparsers: Any = None) -> argparse.ArgumentParser:
+    """The parser of one ``accel`` verb, from the ``register`` function that declares it.
+
+    Accelerate's ``*_command_parser(subparsers=None)`` builders: given ``subparsers`` the
+    verb is added there (as ``accel`` does), else a standalone ``accel VERB`` parser is made.
+    """
+    if subparsers is None:
+        subparsers = AccelArgumentParser(prog="accel").add_subparsers()
+    register(subparsers)
+    return subparsers.choices[verb]

@@ -17,7 +17,7 @@ from accel_state import env
 from accel_state.errors import ConfigurationError
 
 from accel_launch.config_file import ConfigFile, load_config_from_file
-from accel_launch.flags import all_flags, flag_by_dest
+from accel_launch.flags import Flag, all_flags, flag_by_dest
 
 __all__ = ["Resolved", "cluster_defaults", "first_slurm_host", "resolve_launch_args",
            "slurm_port"]
@@ -50,9 +50,14 @@ class Resolved:
 
 
 def refuse_unsupported(args: argparse.Namespace) -> None:
-    """TPU, SageMaker and Megatron-LM flags: one clear error instead of a silent no-op."""
+    """TPU, SageMaker and Megatron-LM flags: one clear error instead of a silent no-op.
+
+    A flag holding Accelerate's default (``megatron_lm_tp_degree=1`` next to
+    ``use_megatron_lm=False``, as a namespace built for Accelerate has it) asks for nothing
+    and passes."""
     for flag in all_flags():
-        if flag.unsupported and getattr(args, flag.dest, None) not in (None, False, []):
+        value = getattr(args, flag.dest, None)
+        if flag.unsupported and value not in (None, False, []) and str(value) not in flag.inert:
             raise ConfigurationError(f"{flag.name} is not supported by accel launch: "
                                      f"{flag.unsupported}")
 
@@ -105,12 +110,19 @@ def cluster_defaults() -> tuple[dict[str, Any], str | None]:
     return {}, None
 
 
+def _given(flag: Flag, value: Any) -> bool:
+    """Whether the namespace asks for ``value``: None is "not given", and so is a switch's
+    False (the parser's default, as in Accelerate: a switch cannot be turned off on the
+    command line, so False must not hide the config file's true)."""
+    return value is not None and not (flag.kind == "switch" and value is False)
+
+
 def _fill(resolved: Resolved, cfg: ConfigFile | None, cluster: dict[str, Any],
           cluster_label: str | None) -> None:
     args = resolved.args
     for flag in all_flags():
         dest = flag.dest
-        if getattr(args, dest, None) is not None:
+        if _given(flag, getattr(args, dest, None)):
             resolved.sources[dest] = CLI
         elif cfg is not None and cfg.values.get(dest) is not None:
             setattr(args, dest, cfg.values[dest])
@@ -124,7 +136,10 @@ def _fill(resolved: Resolved, cfg: ConfigFile | None, cluster: dict[str, Any],
 
 
 def _check_plugin_flags(resolved: Resolved) -> None:
-    """A plugin's flag on the command line needs the plugin on (from any source)."""
+    """A plugin's flag on the command line needs the plugin on (from any source).
+
+    An "off" value (false, 0: Accelerate's defaults, which a namespace built for its
+    helpers carries for every plugin) asks nothing of the plugin and passes."""
     from accel_launch.flags import GROUPS
 
     args = resolved.args
@@ -136,7 +151,8 @@ def _check_plugin_flags(resolved: Resolved) -> None:
         enabled = args.mixed_precision == "fp8" if dest == "mixed_precision" else bool(
             getattr(args, dest))
         for flag in group.flags:
-            if flag.dest == dest or resolved.sources.get(flag.dest) != CLI or enabled:
+            if flag.dest == dest or resolved.sources.get(flag.dest) != CLI or enabled or \
+                    getattr(args, flag.dest) in (False, 0):
                 continue
             raise ConfigurationError(
                 f"{flag.name} only applies with {fix}: add {fix} (or set it in the config "

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["convert_config_to_fsdp2", "register", "to_fsdp2_command"]
+__all__ = ["convert_config_to_fsdp2", "convert_with_notes", "register", "to_fsdp2_command"]
 
 _RESHARD = {"FULL_SHARD": True, "HYBRID_SHARD": True, "SHARD_GRAD_OP": False,
             "_HYBRID_SHARD_ZERO2": False, "1": True, "2": False, "4": True, "5": False}
@@ -21,8 +21,14 @@ _DROPPED = ("fsdp_backward_prefetch", "fsdp_backward_prefetch_policy", "fsdp_for
             "fsdp_use_orig_params", "fsdp_sync_module_states")
 
 
-def convert_config_to_fsdp2(config: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """``(new config, notes)``; a config that is FSDP2 already comes back unchanged."""
+def convert_config_to_fsdp2(config: dict[str, Any]) -> dict[str, Any]:
+    """The config with FSDP2 keys (Accelerate's signature: a dict back); a config that is
+    FSDP2 already comes back unchanged. ``config`` itself is left as it was."""
+    return convert_with_notes(config)[0]
+
+
+def convert_with_notes(config: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """``(new config, notes)``: the conversion, and one line per key renamed or dropped."""
     from accel_state.errors import ConfigurationError
 
     fsdp = dict(config.get("fsdp_config") or {})
@@ -68,7 +74,7 @@ def to_fsdp2_command(args: argparse.Namespace) -> int:
                                  f"{source} in place.")
     if target.exists() and target != source and not args.overwrite:
         raise ConfigurationError(f"{target} exists: pass --overwrite to replace it.")
-    converted, notes = convert_config_to_fsdp2(loaded.raw)
+    converted, notes = convert_with_notes(loaded.raw)
     save_config(converted, target)
     load_config_from_file(target)
     for note in notes:

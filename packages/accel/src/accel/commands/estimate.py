@@ -3,9 +3,19 @@
 
 from __future__ import annotations
 
+import argparse
+from typing import Any
+
 from accel_inference.cli_estimate import estimate_command
 from accel_inference.cli_estimate import register as estimate_command_register
 from accel_inference.estimate import estimate_training, estimate_weights
+from accel_launch.parser import verb_parser
 
-__all__ = ["estimate_command", "estimate_command_register", "estimate_training",
-           "estimate_weights"]
+__all__ = ["estimate_command", "estimate_command_parser", "estimate_command_register",
+           "estimate_training", "estimate_weights"]
+
+
+def estimate_command_parser(subparsers: Any = None) -> argparse.ArgumentParser:
+    """The ``accel estimate-memory`` parser (added to ``subparsers`` when given), as
+    Accelerate names it."""
+    return verb_parser(estimate_command_register, "estimate-memory", subparsers)

@@ -3,8 +3,17 @@
 
 from __future__ import annotations
 
+import argparse
+from typing import Any
+
+from accel_launch.parser import verb_parser
 from accel_launch.selftest import register as test_command_register
 from accel_launch.selftest import run_selftest as test_command
 from accel_launch.selftest import test_script_path
 
-__all__ = ["test_command", "test_command_register", "test_script_path"]
+__all__ = ["test_command", "test_command_parser", "test_command_register", "test_script_path"]
+
+
+def test_command_parser(subparsers: Any = None) -> argparse.ArgumentParser:
+    """The ``accel test`` parser (added to ``subparsers`` when given), as Accelerate names it."""
+    return verb_parser(test_command_register, "test", subparsers)
