@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every row of the hot-path table (docs/performance.md), each a same-run ratio against raw
 # PyTorch, plus Accelerate's column where the benchmark can import it (bench-only: added
-# with `uv run --with accelerate`, never a dependency of the project). ~10 minutes on the
+# with `uv run --with accelerate`, never a dependency of the project). ~13 minutes on the
 # 2-core CPU box; run it on an otherwise idle machine. Prints only the report lines.
 #   bash tools/bench/hot_paths.sh [--no-accelerate]
 set -uo pipefail
@@ -23,6 +23,10 @@ row python bench_save_model.py --size-mb 1024
 [ -d /dev/shm ] && row python bench_save_model.py --size-mb 1024 --dir /dev/shm
 echo "== save_state / load_state, model + Adam ~1 GB, tmpfs"
 row python bench_checkpoint.py --size-mb 1024 --dir "$( [ -d /dev/shm ] && echo /dev/shm || echo /tmp )"
+echo "== DeepSpeed ZeRO-2 step, 2 processes (floor: a hand-written deepspeed.initialize loop)"
+ACCEL_DEEPSPEED_SHM_COMM=0 row accel launch --cpu --num_processes 2 bench_deepspeed.py
+echo "== accel launch to the first training step, 2 processes (floor: torchrun)"
+row python bench_launch.py --repeats 5
 echo "== prepared DataLoader, batch 4: 1 process, then 2"
 row python bench_data.py
 row accel launch --cpu --num_processes 2 bench_data.py
