@@ -70,17 +70,21 @@ def test_retie_after_loading_replaced_one_name(models):
 
 
 def test_fallback_allocation_fills_an_otherwise_empty_device():
-    class Two(nn.Module):
+    class Three(nn.Module):
         def __init__(self):
             super().__init__()
-            self.big = nn.Linear(64, 64)   # 16.6 kB: does not fit GPU 0
-            self.small = nn.Linear(4, 4)   # 80 B: fits
+            self.big = nn.Linear(64, 64)   # 16640 B
+            self.small = nn.Linear(4, 4)   # 80 B
+            self.big2 = nn.Linear(64, 64)  # 16640 B
 
     with init_empty_weights():
-        model = Two()
-    memory = {0: 20000, "cpu": 10**6}  # the largest layer (big) is reserved: 3.4 kB left
-    assert 0 not in infer_auto_device_map(model, memory).values()
-    assert infer_auto_device_map(model, memory, fallback_allocation=True)["small"] == 0
+        model = Three()
+    # GPU 0 keeps 16640 B for big2 while big is placed: 3360 B left, big goes on
+    memory = {0: 20000, "cpu": 10**6}
+    assert infer_auto_device_map(model, memory) == {"": "cpu"}
+    # the fallback puts the first block that fits the 3360 B there before moving on
+    assert infer_auto_device_map(model, memory, fallback_allocation=True) == \
+        {"big": "cpu", "small": 0, "big2": "cpu"}
 
 
 def test_check_device_map_names_unplaced_and_unknown(models):

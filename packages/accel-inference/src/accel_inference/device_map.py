@@ -3,26 +3,28 @@
 A device map is ``{module or tensor name: device}`` with devices as GPU indices, ``"mps"``,
 ``"cpu"`` (offloaded to RAM when GPUs execute) or ``"disk"``. ``infer_auto_device_map``
 fills GPUs in order, then the CPU, then the disk, never splitting a module whose class is
-in ``no_split_module_classes`` and keeping tied parameters on one device.
+in ``no_split_module_classes`` and keeping tied parameters on one device; its placements
+are Accelerate's, so ``device_map="auto"`` loads land where they would with Accelerate.
 """
 
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from accel_state.errors import ConfigurationError
 from torch import nn
 
+from accel_inference._placement import Planner
 from accel_inference.sizing import (
     compute_module_sizes,
-    get_max_layer_size,
     get_max_memory,
     normalize_device,
     top_level_items,
 )
-from accel_inference.tied import find_tied_parameters
+from accel_inference.tied import check_tied_parameters_in_config, find_tied_parameters
 
 __all__ = ["infer_auto_device_map", "check_device_map", "clean_device_map",
            "validate_device_map"]
@@ -34,24 +36,6 @@ def _is_prefix(prefix: str, name: str) -> bool:
     return prefix == "" or name == prefix or name.startswith(prefix + ".")
 
 
-def _tied_partners(name: str, tied_groups: list[list[str]]) -> set[str]:
-    """Tensor names tied to a tensor inside ``name`` but living outside it."""
-    partners: set[str] = set()
-    for group in tied_groups:
-        inside = [n for n in group if _is_prefix(name, n)]
-        if inside:
-            partners.update(n for n in group if not _is_prefix(name, n))
-    return partners
-
-
-def _splittable(name: str, module: Any, no_split: set[str]) -> list[tuple[str, Any]] | None:
-    """The parts of a queued block (full names), or None when it must stay whole."""
-    if not isinstance(module, nn.Module) or type(module).__name__ in no_split or \
-            next(module.children(), None) is None:
-        return None
-    return top_level_items(module, name)
-
-
 def infer_auto_device_map(model: nn.Module, max_memory: Mapping[Any, Any] | None = None,
                           no_split_module_classes: Sequence[str] | None = None,
                           dtype: Any = None, special_dtypes: Mapping[str, Any] | None = None,
@@ -60,122 +44,78 @@ def infer_auto_device_map(model: nn.Module, max_memory: Mapping[Any, Any] | None
                           fallback_allocation: bool = False) -> dict[str, int | str]:
     """Place ``model``'s blocks greedily: GPUs in order, then CPU, then disk.
 
-    On the execution devices (the first GPU, and the CPU) room for the largest unsplittable
-    layer is kept free: offloaded layers are brought there one at a time to run. A block
-    that does not fit is split into its children unless its class is in
-    ``no_split_module_classes``; tied tensors are placed with the block that holds their
-    first name. ``fallback_allocation`` puts at least one fitting block on a device that
-    would otherwise stay empty. ``offload_buffers=False`` (the default) keeps the buffers of
-    offloaded blocks on the execution device, so their size is reserved there.
+    Placements are Accelerate's (see ``accel_inference._placement`` for the rules): the
+    first GPU and the CPU keep room for the largest layer still to place, a block that does
+    not fit is split unless its class is in ``no_split_module_classes``, tied blocks go
+    together, and ``fallback_allocation`` gives a device that would stay empty the first
+    block that fits there. With ``offload_buffers=False`` the buffers of offloaded blocks
+    run on the GPU: a warning says when they fit no GPU's remaining memory. Devices left
+    empty are logged (INFO) with the memory they would have needed.
     """
     memory = get_max_memory(max_memory)
     devices: list[int | str] = [*memory, *([] if "disk" in memory else ["disk"])]
+    gpus = [d for d in devices if d not in ("cpu", "disk")]
+    main_devices: set[int | str] = {"mps"} if "mps" in gpus else \
+        ({gpus[0], "cpu"} if gpus else {"cpu"})
     no_split = set([no_split_module_classes] if isinstance(no_split_module_classes, str)
                    else no_split_module_classes or ())
-    sizes = compute_module_sizes(model, dtype=dtype, special_dtypes=special_dtypes)
-    buffer_sizes = compute_module_sizes(model, dtype=dtype, buffers_only=True)
     tied_groups = find_tied_parameters(model)
-    queue = top_level_items(model)
-    gpus = [d for d in devices if isinstance(d, int)]
-    main_devices = {gpus[0], "cpu"} if gpus else {"cpu"}
-    offload_devices = {"cpu", "disk"} if gpus else {"disk"}
-    max_layer, _ = get_max_layer_size(queue, sizes, sorted(no_split))
-    device_map: dict[str, int | str] = {}
-    index, used, placed_here = 0, 0, 0
-    while queue:
-        name, module = queue.pop(0)
-        device = devices[index]
-        capacity = float("inf") if device == "disk" else memory[device]
-        if device in main_devices and index < len(devices) - 1:
-            capacity -= max_layer
-        partners = _tied_partners(name, tied_groups) - {n for n in device_map}
-        partner_items = [(n, m) for n, m in queue if any(_is_prefix(n, p) for p in partners)]
-        size = sizes.get(name, 0) + sum(sizes.get(n, 0) for n, _ in partner_items)
-        if not offload_buffers and device in offload_devices:
-            size -= buffer_sizes.get(name, 0)
-        if used + size <= capacity:
-            for item_name, _ in [(name, module), *partner_items]:
-                device_map[item_name] = device
-            queue = [item for item in queue if item not in partner_items]
-            used += size
-            placed_here += 1
-            if verbose:
-                print(f"Putting {name} ({size} bytes) on {device}.")
-            continue
-        children = _splittable(name, module, no_split)
-        if children:
-            queue = children + queue
-            continue
-        if fallback_allocation and placed_here == 0 and device != "disk":
-            fit = _first_fitting(queue, sizes, capacity - used, no_split)
-            if fit is not None:
-                queue = _without(queue, fit[0], no_split) if fit[1] else queue
-                device_map[fit[0]] = device
-                used += sizes.get(fit[0], 0)
-                placed_here += 1
-                queue.insert(0, (name, module))
-                queue = _expand_parents(queue, set(device_map), no_split)
-                continue
-        queue.insert(0, (name, module))
-        index, used, placed_here = index + 1, 0, 0
-    return clean_device_map(device_map) if clean_result else device_map
-
-
-def _first_fitting(queue: list[tuple[str, Any]], sizes: Mapping[str, int], room: float,
-                   no_split: set[str]) -> tuple[str, bool] | None:
-    """First unsplittable unit (depth-first over the queue) that fits in ``room``."""
-    todo = list(queue)
-    while todo:
-        name, module = todo.pop(0)
-        children = _splittable(name, module, no_split)
-        if children is None:
-            if sizes.get(name, 0) <= room:
-                return name, True
-        else:
-            todo = children + todo
-    return None
-
-
-def _without(queue: list[tuple[str, Any]], placed: str,
-             no_split: set[str]) -> list[tuple[str, Any]]:
-    return [item for item in queue if item[0] != placed]
-
-
-def _expand_parents(queue: list[tuple[str, Any]], placed: set[str],
-                    no_split: set[str]) -> list[tuple[str, Any]]:
-    """Split queued modules that contain an already placed unit, so it is not placed twice."""
-    out: list[tuple[str, Any]] = []
-    todo = list(queue)
-    while todo:
-        name, module = todo.pop(0)
-        inner = [p for p in placed if p != name and _is_prefix(name, p)]
-        if not inner:
-            out.append((name, module))
-            continue
-        children = _splittable(name, module, no_split) or []
-        todo = [c for c in children if c[0] not in placed] + todo
-    return out
+    if not tied_groups and check_tied_parameters_in_config(model):
+        logger.warning("%s declares tied weights but none are tied: call model.tie_weights() "
+                       "before infer_auto_device_map.", type(model).__name__)
+    planner = Planner(
+        memory=memory, devices=devices, main_devices=main_devices,
+        sizes=compute_module_sizes(model, dtype=dtype, special_dtypes=special_dtypes),
+        buffer_sizes=compute_module_sizes(model, dtype=dtype, special_dtypes=special_dtypes,
+                                          buffers_only=True),
+        tied_groups=tied_groups, no_split=no_split, queue=top_level_items(model),
+        offload_buffers=offload_buffers, fallback_allocation=fallback_allocation,
+        verbose=verbose)
+    device_map = planner.run()
+    if clean_result:
+        device_map = clean_device_map(device_map)
+    offloaded_buffers = planner.buffers.get("cpu", 0) + planner.buffers.get("disk", 0)
+    if gpus and offloaded_buffers and not any(
+            memory[d] >= offloaded_buffers + planner.used.get(d, 0) for d in gpus):
+        warnings.warn(f"The blocks offloaded to the CPU or disk hold {offloaded_buffers} bytes "
+                      "of buffers, which run on the GPU and fit no GPU's remaining memory: "
+                      "this may run out of memory. Pass offload_buffers=True to keep them "
+                      "offloaded too.", stacklevel=2)
+    if planner.needed:
+        lines = "; ".join(f"{d}: {n} bytes" for d, n in planner.needed.items())
+        logger.info("infer_auto_device_map placed nothing on some devices for insufficient "
+                    "memory (the first block refused there needed %s). Raise their "
+                    "max_memory to at least that, or split the model finer.", lines)
+    return device_map
 
 
 def clean_device_map(device_map: dict[str, Any], module_name: str = "") -> dict[str, Any]:
-    """Merge entries: a module whose every mapped part is on one device becomes one entry."""
-    order = list(device_map)
+    """Merge entries: a module whose every mapped part is on one device becomes one entry.
+
+    Works in place (and returns the map), as Accelerate's does; merged entries keep the
+    position of their first part, so the map stays in module order.
+    """
     merged = dict(device_map)
-    prefixes = sorted({".".join(k.split(".")[:i]) for k in order for i in range(len(k.split(".")))},
-                      key=lambda p: (p.count("."), p) if p else (-1, p))
-    for prefix in prefixes:
-        if not _is_prefix(module_name, prefix):
+    position = {k: i for i, k in enumerate(merged)}
+    todo = [module_name]
+    while todo:
+        prefix = todo.pop(0)
+        inside = [k for k in merged if k != prefix and _is_prefix(prefix, k)]
+        if not inside:
             continue
-        inside = [k for k in merged if _is_prefix(prefix, k) and k != prefix]
-        values = {str(merged[k]) for k in inside}
-        if len(inside) > 1 and len(values) == 1:
-            device = merged[inside[0]]
-            position = min(order.index(k) if k in order else len(order) for k in inside)
+        first = merged[inside[0]]
+        if all(merged[k] == first for k in inside):
+            position[prefix] = min(position[k] for k in inside)
             for k in inside:
                 del merged[k]
-            merged[prefix] = device
-            order.insert(position, prefix)
-    return {k: merged[k] for k in dict.fromkeys(order) if k in merged}
+            merged[prefix] = first
+            continue
+        depth = prefix.count(".") + 1 if prefix else 0
+        todo.extend(dict.fromkeys(".".join(k.split(".")[:depth + 1]) for k in inside))
+    result = {k: merged[k] for k in sorted(merged, key=position.__getitem__)}
+    device_map.clear()
+    device_map.update(result)
+    return device_map
 
 
 def validate_device_map(device_map: Mapping[str, Any]) -> dict[str, int | str]:

@@ -16,7 +16,8 @@ from torch import nn
 from accel_inference.tensors import get_module_and_name
 
 __all__ = ["find_tied_parameters", "retie_parameters", "check_tied_parameters_on_same_device",
-           "check_tied_parameters_in_config", "device_of", "get_module_size_with_ties"]
+           "check_tied_parameters_in_config", "device_of", "get_module_size_with_ties",
+           "tied_partners"]
 
 logger = logging.getLogger("accel.big_modeling")
 
@@ -68,6 +69,23 @@ def check_tied_parameters_in_config(model: nn.Module) -> bool:
     return declared or bool(getattr(model, "_tied_weights_keys", None))
 
 
+def _holds(block: str, tensor: str) -> bool:
+    return block == "" or tensor == block or tensor.startswith(block + ".")
+
+
+def tied_partners(name: str, tied_groups: Sequence[Sequence[str]]) -> list[str]:
+    """Tensors tied to a tensor inside block ``name`` but living outside it, group by group.
+
+    Names are compared on whole dotted components: ``compute.weight_sub.p`` is outside
+    ``compute.weight``.
+    """
+    partners: list[str] = []
+    for group in tied_groups:
+        if any(_holds(name, n) for n in group):
+            partners.extend(n for n in group if not _holds(name, n))
+    return partners
+
+
 def get_module_size_with_ties(tied_params: Sequence[str], module_size: int,
                               module_sizes: Mapping[str, int],
                               modules_to_treat: Sequence[tuple[str, Any]]
@@ -75,26 +93,24 @@ def get_module_size_with_ties(tied_params: Sequence[str], module_size: int,
     """Bytes a block needs when the blocks holding its tied partners move with it.
 
     ``tied_params`` are tensor names outside the block tied to a tensor inside it; each is
-    looked up among ``modules_to_treat`` (the queue of ``(name, module)`` still to place).
-    The partner's whole block joins, less the tied tensor itself (it is stored once, with
-    the block). Returns ``(size, partner block names, partner blocks)``; a partner block is
-    counted once even when several tied tensors live in it (Accelerate counts it again for
-    each). A tied name no queued block holds is an error naming it.
+    looked up among ``modules_to_treat`` (the queue of ``(name, module)`` still to place),
+    as the first queued block holding it (or the tensor itself, queued alone). Each tied
+    tensor adds its holder's size less its own (it is stored once, with the block), and
+    the holder is listed once per tied tensor, as Accelerate counts it: placements then
+    match Accelerate's. Returns ``(size, holder names, holders)``. A tied name no queued
+    block holds is an error naming it.
     """
     size = module_size
     names: list[str] = []
     blocks: list[Any] = []
     for param in tied_params:
-        match = next(((n, m) for n, m in modules_to_treat
-                      if param == n or param.startswith(n + ".")), None)
+        match = next(((n, m) for n, m in modules_to_treat if n and _holds(n, param)), None)
         if match is None:
             raise ConfigurationError(
                 f"The tied tensor {param!r} is in none of the blocks still to place "
                 f"({[n for n, _ in modules_to_treat][:10]}): pass the queue that holds it, "
                 "or run find_tied_parameters on the same model.")
-        size -= module_sizes.get(param, 0)
-        if match[0] not in names:
-            names.append(match[0])
-            blocks.append(match[1])
-            size += module_sizes.get(match[0], 0)
+        size += module_sizes.get(match[0], 0) - module_sizes.get(param, 0)
+        names.append(match[0])
+        blocks.append(match[1])
     return size, names, blocks
