@@ -60,13 +60,21 @@ class DeepSpeedSequenceParallelConfig:
                 "sp_seq_length (the padded length of every batch): set it, or leave "
                 "sp_seq_length_is_variable=True to take each batch's length.")
 
+    def _given(self, name: str, variable: Any) -> tuple[str, Any]:
+        """``(where, value)`` of field ``name``, else of its environment ``variable``
+        (``value`` None when neither is set)."""
+        value = getattr(self, name)
+        if value is not None:
+            return name, value
+        found = variable.raw()
+        if found is None or not found[1].strip():
+            return name, None
+        return f"{found[0]} (env)", found[1].strip()
+
     def _seq_length(self) -> int | None:
-        value, where = self.sp_seq_length, "sp_seq_length"
+        where, value = self._given("sp_seq_length", _env.PARALLELISM_CONFIG_SP_SEQ_LENGTH)
         if value is None:
-            found = _env.PARALLELISM_CONFIG_SP_SEQ_LENGTH.raw()
-            if found is None or not found[1].strip():
-                return None
-            where, value = f"{found[0]} (env)", found[1].strip()
+            return None
         try:
             number = int(value) if not isinstance(value, (bool, float)) else None
         except (TypeError, ValueError):
@@ -86,12 +94,10 @@ class DeepSpeedSequenceParallelConfig:
         return value
 
     def _attn_implementation(self) -> str | None:
-        value, where = self.sp_attn_implementation, "sp_attn_implementation"
+        where, value = self._given("sp_attn_implementation",
+                                   _env.PARALLELISM_CONFIG_SP_ATTN_IMPLEMENTATION)
         if value is None:
-            found = _env.PARALLELISM_CONFIG_SP_ATTN_IMPLEMENTATION.raw()
-            if found is None or not found[1].strip():
-                return None
-            where, value = f"{found[0]} (env)", found[1].strip()
+            return None
         if not isinstance(value, str):
             raise ConfigurationError(f"DeepSpeedSequenceParallelConfig {where}={value!r} must be "
                                      f"a string: one of {', '.join(SP_ATTN_IMPLEMENTATIONS)}.")
