@@ -98,6 +98,13 @@ def test_bad_config_files_name_key_value_and_fix(tmp_path: Path, text: str, mess
     assert message in str(err.value), str(err.value)
 
 
+def test_unknown_key_lists_each_valid_key_once(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError) as err:
+        load_config_from_file(_write(tmp_path, "num_processs: 2\n"))
+    valid = str(err.value).split("valid: ", 1)[1].rstrip(".").split(", ")
+    assert "use_cpu" in valid and len(valid) == len(set(valid)), valid
+
+
 def test_missing_config_file_is_an_error_but_missing_default_is_none(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match="not found"):
         load_config_from_file(tmp_path / "nope.yaml")

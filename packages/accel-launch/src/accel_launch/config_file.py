@@ -155,7 +155,7 @@ def _closest(key: str, known: list[str], where: str, path: Path) -> Configuratio
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     what = "value" if where.startswith("distributed_type") else "key"
     return ConfigurationError(f"{path}: unknown {what} {where}{key!r}{hint}; valid: "
-                              f"{', '.join(sorted(known))}.")
+                              f"{', '.join(sorted(set(known)))}.")
 
 
 def _check_type(kind: str, key: str, value: Any, path: Path, choices: tuple[str, ...] = ()) -> Any:
