@@ -26,7 +26,8 @@ def test_device_probes_take_accelerates_arguments():
     assert is_mps_available(min_version="999.0") is False
     assert is_xpu_available(check_device=True) in (True, False)
     assert is_npu_available(check_device=True) is False  # torch_npu is not installed here
-    assert is_numpy_available(min_version="1.0") is True
+    # accel-state alone does not install numpy: the answer follows whether it is there
+    assert is_numpy_available(min_version="1.0") is is_numpy_available()
     assert is_numpy_available(min_version="999.0") is False
 
 
