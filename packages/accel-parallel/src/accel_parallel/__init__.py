@@ -33,7 +33,7 @@ from accel_parallel.rebind import parameter_moves, rebind_optimizer
 from accel_parallel.selection import StrategyConfig, select_strategy
 from accel_parallel.sequence_parallel import DeepSpeedSequenceParallelConfig
 from accel_parallel.single import SingleDeviceStrategy
-from accel_parallel.strategy import STRATEGIES, PrepareRequest, Strategy, SupportsNoSync
+from accel_parallel.strategy import NO_CONTEXT, STRATEGIES, PrepareRequest, Strategy, SupportsNoSync
 from accel_parallel.unwrap import extract_model_from_parallel, is_sharded_model
 
 __version__ = "0.3.2"
@@ -47,7 +47,7 @@ __all__ = [
     "PrepareRequest", "SingleDeviceStrategy", "Strategy", "StrategyConfig", "SupportsNoSync",
     "extract_model_from_parallel", "is_sharded_model", "parameter_moves", "rebind_optimizer",
     "select_strategy", "DeepSpeedPlugin", "DeepSpeedStrategy", "DummyOptim", "DummyScheduler",
-    "HfDeepSpeedConfig", "DeepSpeedSequenceParallelConfig",
+    "HfDeepSpeedConfig", "DeepSpeedSequenceParallelConfig", "NO_CONTEXT",
 ]
 
 # DeepSpeed's names load on first use (PEP 562): `import accel` does not pay for them

@@ -26,7 +26,7 @@ from accel_parallel.deepspeed_runtime import (
     import_deepspeed,
     require_deepspeed,
 )
-from accel_parallel.strategy import PrepareRequest, Strategy
+from accel_parallel.strategy import NO_CONTEXT, PrepareRequest, Strategy
 from accel_parallel.unwrap import extract_model_from_parallel
 
 if TYPE_CHECKING:
@@ -36,8 +36,6 @@ if TYPE_CHECKING:
     from accel_parallel.selection import StrategyConfig
 
 __all__ = ["DeepSpeedStrategy", "EngineScheduler"]
-
-_NO_CONTEXT = contextlib.nullcontext()
 
 
 class DeepSpeedStrategy(Strategy):
@@ -288,11 +286,11 @@ class DeepSpeedStrategy(Strategy):
                                  "gradient_clipping (a norm) in the DeepSpeed config.")
 
     def no_sync(self, model: torch.nn.Module) -> contextlib.AbstractContextManager[None]:
-        return _NO_CONTEXT  # the engine defers its reduction to the boundary by itself
+        return NO_CONTEXT  # the engine defers its reduction to the boundary by itself
 
     def accumulation_context(self, models: Any,
                              sync: bool) -> contextlib.AbstractContextManager[Any]:
-        return _NO_CONTEXT
+        return NO_CONTEXT
 
     def unwrap_model(self, model: torch.nn.Module, keep_fp32_wrapper: bool = True,
                      keep_torch_compile: bool = True) -> torch.nn.Module:

@@ -42,9 +42,11 @@ if TYPE_CHECKING:
     from accel_parallel.compile import TorchDynamoPlugin
     from accel_parallel.selection import StrategyConfig
 
-__all__ = ["Strategy", "SupportsNoSync", "STRATEGIES", "PrepareRequest"]
+__all__ = ["Strategy", "SupportsNoSync", "STRATEGIES", "PrepareRequest", "NO_CONTEXT"]
 
-_NO_CONTEXT = contextlib.nullcontext()  # reusable: entering it has no state
+#: The shared no-op context the base hooks return (entering it has no state): a caller on a
+#: hot path may skip entering it, as ``accumulate()`` does on every micro-step.
+NO_CONTEXT = contextlib.nullcontext()
 
 
 @dataclass
@@ -236,25 +238,25 @@ class Strategy:
 
     def no_sync(self, model: torch.nn.Module) -> contextlib.AbstractContextManager[None]:
         """Skip gradient synchronisation inside the block (a no-op without data parallelism)."""
-        return _NO_CONTEXT
+        return NO_CONTEXT
 
     def sync_in_backward(self, model: torch.nn.Module) -> contextlib.AbstractContextManager[None]:
         """``Accelerator.trigger_sync_in_backward``: the backward inside the block reduces
         gradients although the forward ran under :meth:`no_sync` (a no-op here)."""
-        return _NO_CONTEXT
+        return NO_CONTEXT
 
     def context_parallel(self, buffers: Any = None, buffer_seq_dims: Any = None,
                          no_restore_buffers: Any = None) -> contextlib.AbstractContextManager[Any]:
         """``Accelerator.maybe_context_parallel``: shard ``buffers`` along their sequence
         dimension for the block when the strategy runs context parallelism (a no-op here)."""
-        return _NO_CONTEXT
+        return NO_CONTEXT
 
     def accumulation_context(self, models: tuple[torch.nn.Module, ...] | list[torch.nn.Module],
                              sync: bool) -> contextlib.AbstractContextManager[Any]:
         """Context of one micro-step inside ``accumulate()``; ``sync`` is False when this
         batch only accumulates (the gradient reduction can wait for the boundary)."""
         if sync or not models or not self._defers_sync:
-            return _NO_CONTEXT
+            return NO_CONTEXT
         return self._without_sync(models)
 
     @contextlib.contextmanager

@@ -396,11 +396,13 @@ class GradientState:
         micro-step: the batch ends a cycle (``sync_gradients``) every ``num_steps`` batches,
         and on the last batch of the active dataloader when ``sync_with_dataloader``.
         Returns the batch count after this one (0 once a dataloader's end reset it)."""
-        if self.sync_with_dataloader and self.end_of_dataloader:
+        options = self.plugin_kwargs  # read here, not through the properties: one call
+        if options.get("sync_with_dataloader", True) and getattr(
+                self.active_dataloader, "end_of_dataloader", False):
             self.sync_gradients = True
             return 0
         step += 1
-        self.sync_gradients = step % self.num_steps == 0
+        self.sync_gradients = step % int(options.get("num_steps") or 1) == 0
         return step
 
     def _add_dataloader(self, dataloader: Any) -> None:

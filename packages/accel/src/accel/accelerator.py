@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from accel_parallel import PrepareRequest, Strategy
+from accel_parallel import NO_CONTEXT, PrepareRequest, Strategy
 from accel_state import (
     DistributedType,
     GradientAccumulationPlugin,
@@ -327,12 +327,16 @@ class _Accumulation:
         accelerator = self.accelerator
         state = accelerator.gradient_state
         accelerator.step = state._advance(accelerator.step)
-        self.context = accelerator._strategy.accumulation_context(
+        context = accelerator._strategy.accumulation_context(
             self.models, state.sync_gradients or state.sync_each_batch)
-        return self.context.__enter__()
+        if context is NO_CONTEXT:  # nothing to defer: not entered (two calls per micro-step)
+            return None
+        self.context = context
+        return context.__enter__()
 
     def __exit__(self, *exc_info: Any) -> Any:
-        return self.context.__exit__(*exc_info)
+        context = self.context
+        return None if context is None else context.__exit__(*exc_info)
 
 
 #: The kinds of objects ``prepare`` hands to the strategy (``PrepareRequest`` fields).
