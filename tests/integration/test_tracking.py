@@ -15,6 +15,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 class Memory(GeneralTracker):
     name = "memory"
+    requires_logging_directory = False
 
     def __init__(self, run_name="run", **kwargs):
         super().__init__()

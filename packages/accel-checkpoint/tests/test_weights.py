@@ -10,7 +10,9 @@ from accel_checkpoint import (
     CheckpointError,
     ProjectConfiguration,
     convert_file_size_to_int,
+    load,
     load_model_weights,
+    save,
     save_model_weights,
 )
 from accel_state.errors import ConfigurationError
@@ -28,10 +30,11 @@ class Tied(nn.Module):
         self.head.weight = self.embed.weight
 
 
-def test_single_file_dedupes_tied_weights_and_reloads(tmp_path):
+def test_single_file_dedupes_tied_weights_and_reloads(tmp_path, caplog):
     model = Tied()
-    with pytest.warns(UserWarning, match="head.weight"):
-        files = save_model_weights(model.state_dict(), tmp_path)
+    files = save_model_weights(model.state_dict(), tmp_path)
+    assert [r.levelname for r in caplog.records] == ["WARNING"]
+    assert "head.weight (tied to embed.weight)" in caplog.text
     assert [f.name for f in files] == ["model.safetensors"]
     stored = safetensors_torch.load_file(tmp_path / "model.safetensors")
     assert "head.weight" not in stored and "embed.weight" in stored
@@ -99,3 +102,17 @@ def test_sizes_and_project_configuration_validation():
     later.set_directories("runs/b")
     later.check_automatic_naming()
     assert str(later.checkpoints_dir) == "runs/b/checkpoints"
+
+
+def test_save_with_safetensors_writes_a_shared_tensor_once_and_logs_it(tmp_path, caplog):
+    model = Tied()
+    state = model.state_dict()
+    save(state, tmp_path / "tied.safetensors", safe_serialization=True)
+    assert [r.levelname for r in caplog.records] == ["WARNING"]
+    assert "Removed shared tensor" in caplog.text and "head.weight" in caplog.text
+    stored = safetensors_torch.load_file(tmp_path / "tied.safetensors")
+    assert sorted(stored) == ["body.bias", "body.weight", "embed.weight"]
+    assert "head.weight" in state  # the caller's dict is left whole
+    caplog.clear()
+    save(state, tmp_path / "tied.bin")  # pickle keeps the aliasing: nothing is dropped
+    assert not caplog.records and sorted(load(tmp_path / "tied.bin")) == sorted(state)

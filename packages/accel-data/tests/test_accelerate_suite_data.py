@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import pytest
 import torch
-from accel_data import DataLoaderShard, prepare_data_loader, skip_first_batches
+from accel_data import (
+    DataLoaderShard,
+    SeedableRandomSampler,
+    prepare_data_loader,
+    skip_first_batches,
+)
 from accel_data.dispatcher import DataLoaderDispatcher
 from accel_data.skip import SkipDataLoader
 from accel_state.errors import ConfigurationError
-from torch.utils.data import DataLoader
+from torch.utils.data import BatchSampler, DataLoader
 
 
 def test_use_stateful_dataloader_builds_the_torchdata_variant():
@@ -57,3 +62,21 @@ def test_a_skip_before_prepare_is_kept():
     split = prepare_data_loader(skip_first_batches(loader, 3), num_processes=2, process_index=1,
                                 split_batches=True)
     assert [b.tolist() for b in split] == [[7], [9], [11]]
+
+
+def _epochs_seen(loader_cls, skip):
+    """The sampler's epoch while each batch of a pass over a skipped copy is handed out."""
+    data = list(range(16))
+    sampler = SeedableRandomSampler(data, data_seed=42)
+    loader = loader_cls(data, batch_sampler=BatchSampler(sampler, batch_size=4, drop_last=False))
+    loader.set_epoch(1)
+    return [sampler.epoch for _ in skip_first_batches(loader, skip)]
+
+
+@pytest.mark.parametrize("skip", [0, 2])
+def test_the_dispatcher_reads_no_further_ahead_than_a_shard(skip):
+    # the sampler reaches its end (and a SeedableRandomSampler its next epoch) only when
+    # the last batch is handed out, not one batch before it
+    seen = _epochs_seen(DataLoaderDispatcher, skip)
+    assert seen == _epochs_seen(DataLoaderShard, skip)
+    assert seen == [1] * (3 - skip) + [2]

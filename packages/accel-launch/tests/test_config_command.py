@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import pty
 import select
@@ -16,7 +17,7 @@ import yaml
 from accel_launch.cli import main
 from accel_launch.config_command import update_config, write_basic_config
 from accel_launch.config_file import load_config_from_file
-from accel_launch.to_fsdp2 import convert_config_to_fsdp2
+from accel_launch.to_fsdp2 import convert_config_to_fsdp2, register, to_fsdp2_command
 from accel_state.errors import ConfigurationError
 
 CONFIGS = Path(__file__).parent / "configs"
@@ -198,3 +199,27 @@ def test_accel_env_shows_the_config_file(tmp_path: Path, capsys) -> None:
     assert "- accel config file: config file" in out and "distributed_type: FSDP" in out
     assert main(["env"]) == 0
     assert "does not exist; run `accel config`" in capsys.readouterr().out
+
+
+def test_to_fsdp2_file_errors_are_also_the_os_errors_accelerate_raises(tmp_path: Path,
+                                                                     capsys) -> None:
+    def run(*argv: str) -> None:
+        parser = argparse.ArgumentParser()
+        register(parser.add_subparsers())
+        to_fsdp2_command(parser.parse_args(["to-fsdp2", *argv]))
+
+    missing = tmp_path / "nonexistent.yaml"
+    with pytest.raises(FileNotFoundError, match="nonexistent.yaml' not found") as error:
+        run("--config_file", str(missing))
+    assert isinstance(error.value, ConfigurationError)
+    existing = tmp_path / "out.yaml"
+    existing.write_text("kept: true\n")
+    source = str(CONFIGS / "accelerate_1_x_fsdp.yaml")
+    with pytest.raises(FileExistsError, match="out.yaml exists: pass --overwrite") as error:
+        run("--config_file", source, "--output_file", str(existing))
+    assert isinstance(error.value, ConfigurationError)
+    assert existing.read_text() == "kept: true\n"  # left alone
+    run("--config_file", source, "--output_file", str(existing), "--overwrite")
+    assert yaml.safe_load(existing.read_text())["fsdp_config"]["fsdp_version"] == 2
+    assert main(["to-fsdp2", "--config_file", str(missing)]) == 2  # the CLI still reports it
+    assert "not found" in capsys.readouterr().err

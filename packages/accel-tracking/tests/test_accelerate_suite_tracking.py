@@ -37,3 +37,25 @@ def test_registering_the_same_class_twice_is_harmless():
         assert tracker_class("accel_suite_twice") is Twice
     finally:
         TRACKERS._items.pop("accel_suite_twice", None)  # leave the registry as it was
+
+
+def test_registering_needs_requires_logging_directory_set_by_the_class():
+    class NoFlag(GeneralTracker):
+        name = "accel_suite_no_flag"
+
+    with pytest.raises(ConfigurationError, match="NoFlag does not set `requires_logging_dir"):
+        register_tracker_class(NoFlag)
+    assert "accel_suite_no_flag" not in TRACKERS
+
+    class Inherits(ScriptLike):  # set by a parent other than GeneralTracker: enough
+        name = "accel_suite_inherits"
+
+    try:
+        assert register_tracker_class(Inherits) is Inherits
+        assert tracker_class("accel_suite_inherits") is Inherits
+    finally:
+        TRACKERS._items.pop("accel_suite_inherits", None)
+
+
+class ScriptLike(GeneralTracker):
+    requires_logging_directory = True

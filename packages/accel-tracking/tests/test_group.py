@@ -13,6 +13,7 @@ class Recorder(GeneralTracker):
     """Keeps what it was given in memory (a stand-in for a backend that works)."""
 
     name = "recorder"
+    requires_logging_directory = False
 
     def __init__(self, run_name: str = "run", **kwargs):
         super().__init__()

@@ -11,6 +11,7 @@ are read with ``torch.load(weights_only=True)`` only.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import warnings
@@ -37,6 +38,7 @@ __all__ = ["save_model_weights", "load_model_weights", "checkpoint_files",
            "clean_state_dict_for_safetensors", "id_tensor_storage", "convert_file_size_to_int",
            "dtype_byte_size", "convert_bytes", "save", "load", "load_state_dict_file"]
 
+_log = logging.getLogger(__name__)
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?I?B)\s*$", re.IGNORECASE)
 _UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
           "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
@@ -85,7 +87,10 @@ def id_tensor_storage(tensor: torch.Tensor) -> tuple[torch.device, int, int]:
 
 
 def clean_state_dict_for_safetensors(state_dict: dict[str, torch.Tensor]) -> dict[str, Any]:
-    """Drop all but the first name of tensors sharing memory, and make the rest contiguous."""
+    """Drop all but the first name of tensors sharing memory, and make the rest contiguous.
+
+    safetensors stores no aliasing: each dropped name is logged (a ``WARNING`` of this
+    module's logger, as Accelerate logs it); the model re-ties them when loaded."""
     seen: dict[tuple[Any, ...], str] = {}
     cleaned: dict[str, Any] = {}
     removed = []
@@ -100,8 +105,8 @@ def clean_state_dict_for_safetensors(state_dict: dict[str, torch.Tensor]) -> dic
         seen.setdefault(key, name)
         cleaned[name] = tensor.contiguous()
     if removed:
-        warnings.warn("Removed shared tensor(s) while saving: " + ", ".join(removed) +
-                      ". The model re-ties them when loaded.", stacklevel=2)
+        _log.warning("Removed shared tensor(s) while saving: %s. The model re-ties them when "
+                     "loaded.", ", ".join(removed))
     return cleaned
 
 
@@ -270,7 +275,11 @@ def _tied_to(model: torch.nn.Module, name: str, found: set[str]) -> bool:
 
 def save(obj: Any, f: str | os.PathLike[str], save_on_each_node: bool = False,
          safe_serialization: bool = False) -> None:
-    """Write ``obj`` to ``f`` from the main process (of each node with ``save_on_each_node``)."""
+    """Write ``obj`` to ``f`` from the main process (of each node with ``save_on_each_node``).
+
+    With ``safe_serialization`` a dict whose tensors share memory (tied weights) keeps only
+    the first name of each shared tensor and logs the others (safetensors stores no
+    aliasing; writing both would store the data twice and load them untied)."""
     from accel_state import PartialState
 
     state = PartialState()
@@ -278,6 +287,8 @@ def save(obj: Any, f: str | os.PathLike[str], save_on_each_node: bool = False,
         return
     path = Path(f)
     if safe_serialization:
+        if isinstance(obj, dict):
+            obj = clean_state_dict_for_safetensors(obj)
         _atomic_write(path, lambda p: write_safetensors(p, obj, {"format": "pt"}, hashed=False))
     else:
         _atomic_write(path, lambda p: _torch_save_file(obj, p))

@@ -7,9 +7,10 @@ forms one *global batch* — ``num_processes`` batches of the loader, or one bat
 structure (nesting, shapes, dtypes, non-tensor leaves) with ``broadcast_object_list``,
 then the tensors packed into one flat buffer per dtype. So batches may change shape from
 step to step (variable sequence lengths), and a step costs ``1 + number of dtypes``
-collectives whatever the nesting. With a data-parallel ``group`` the reader is the
-group's rank 0 and the batches go to the group's processes only: every group reads
-and sends its own copy of the data.
+collectives whatever the nesting (plus one empty message that ends each epoch). Rank 0
+reads no further ahead than an undispatched loader: one batch. With a data-parallel
+``group`` the reader is the group's rank 0 and the batches go to the group's processes
+only: every group reads and sends its own copy of the data.
 """
 
 from __future__ import annotations
@@ -58,7 +59,6 @@ class _Step:
 
     skeletons: list[Any]  # one per rank: the part with tensors replaced by _Slot (None: no part)
     layout: list[tuple[torch.dtype, tuple[int, ...]]]  # dtype and shape of every tensor
-    last: bool  # no step follows in this epoch
     remainder: int  # real samples of this global batch when it was padded, else 0 (-1 unknown)
 
 
@@ -218,8 +218,14 @@ class DataLoaderDispatcher(DataLoaderShard):
                 return
             yield parts + [None] * (num - len(parts))
 
-    def _plan(self, skip: int) -> Iterator[tuple[list[Any], bool, int]]:
-        """Rank 0: ``(parts, last, remainder)`` per step, the final one completed if even."""
+    def _plan(self, skip: int) -> Iterator[tuple[list[Any], int]]:
+        """Rank 0: ``(parts, remainder)`` per step, the final one completed if even.
+
+        A step is sent as soon as it is read, without reading the next one: the sampler
+        is exhausted (and a ``SeedableRandomSampler`` moves to its next epoch) only when
+        the last batch is handed out, as with an undispatched loader. Only the final step
+        can lack parts, so padding needs no look-ahead; the end travels as its own message.
+        """
         iterator, discard = self._open_base(skip)
         stream = self._global_batches(iterator)
         first = next(stream, None)
@@ -229,18 +235,14 @@ class DataLoaderDispatcher(DataLoaderShard):
         stream = itertools.chain([first], stream)
         for _ in range(discard):
             next(stream, None)
-        current = next(stream, None)
-        while current is not None:
-            upcoming = next(stream, None)
-            last = upcoming is None
+        for current in stream:
             remainder = -1 if self.drop_last else 0
             missing = [r for r, p in enumerate(current) if p is None]
-            if last and missing and self.even_batches:
+            if missing and self.even_batches:
                 remainder = sum(_batch_len(p) for p in current if p is not None)
                 for offset, r in enumerate(missing):
                     current[r] = head[offset % len(head)]
-            yield current, last, remainder
-            current = upcoming
+            yield current, remainder
 
     # -- every rank: the exchange ------------------------------------------------------------------
     def _wire_device(self) -> torch.device:
@@ -250,7 +252,7 @@ class DataLoaderDispatcher(DataLoaderShard):
             return self.device
         return torch.device("cuda", torch.cuda.current_device())
 
-    def _send(self, parts: list[Any], last: bool, remainder: int) -> list[Any]:
+    def _send(self, parts: list[Any], remainder: int) -> list[Any]:
         """Rank 0: broadcast one step; returns its own part."""
         if self.num_processes == 1:  # nobody to send to (and maybe no process group at all)
             return parts[0]
@@ -262,7 +264,7 @@ class DataLoaderDispatcher(DataLoaderShard):
 
         skeletons = [None if p is None else recursively_apply(slot, p) for p in parts]
         layout = [(t.dtype, tuple(t.shape)) for t in tensors]
-        broadcast_object_list([_Step(skeletons, layout, last, remainder)], from_process=0,
+        broadcast_object_list([_Step(skeletons, layout, remainder)], from_process=0,
                               group=self.group)
         device = self._wire_device()
         for dtype in dict.fromkeys(t.dtype for t in tensors):
@@ -299,23 +301,20 @@ class DataLoaderDispatcher(DataLoaderShard):
             part = send_to_device(part, "cpu")
         return part, step
 
-    def _steps(self, skip: int) -> Iterator[tuple[Any, bool, int]]:
-        """Every rank, in lockstep: ``(my part or None, last, remainder)`` per step."""
+    def _steps(self, skip: int) -> Iterator[tuple[Any, int]]:
+        """Every rank, in lockstep: ``(my part or None, remainder)`` per step; rank 0 ends
+        the epoch with an empty message (``None``)."""
         if self.process_index == 0:
-            plan = self._plan(skip)
-            for parts, last, remainder in plan:
-                yield self._send(parts, last, remainder), last, remainder
-                if last:
-                    return
-            broadcast_object_list([None], from_process=0, group=self.group)  # an empty epoch
+            for parts, remainder in self._plan(skip):
+                yield self._send(parts, remainder), remainder
+            if self.num_processes > 1:
+                broadcast_object_list([None], from_process=0, group=self.group)
             return
         while True:
             part, step = self._receive()
             if step is None:
                 return
-            yield part, step.last, step.remainder
-            if step.last:
-                return
+            yield part, step.remainder
 
     def __iter__(self) -> Iterator[Any]:
         self._settle()  # a previous pass left on its last batch is over
@@ -327,9 +326,8 @@ class DataLoaderDispatcher(DataLoaderShard):
         final = [self.remainder]
 
         def mine() -> Iterator[Any]:
-            for part, last, remainder in self._steps(skip):
-                if last:
-                    final[0] = remainder
+            for part, remainder in self._steps(skip):
+                final[0] = remainder  # the final step's counts when the pass ends
                 if part is not None:
                     yield part if self.device is None else send_to_device(
                         part, self.device, self.non_blocking)

@@ -60,11 +60,17 @@ def convert_with_notes(config: dict[str, Any]) -> tuple[dict[str, Any], list[str
 
 
 def to_fsdp2_command(args: argparse.Namespace) -> int:
+    """Convert ``--config_file``; a missing input raises ``FileNotFoundError``, an existing
+    output without ``--overwrite`` ``FileExistsError`` (both also ``ConfigurationError``)."""
     from accel_state.errors import ConfigurationError
 
+    from accel_launch._file_errors import ConfigFileNotFoundError, OutputFileExistsError
     from accel_launch.config_file import load_config_from_file, save_config
 
     source = Path(args.config_file)
+    if not source.is_file():
+        raise ConfigFileNotFoundError(f"config file {str(source)!r} not found: check the "
+                                      "path, or run `accel config` to write one.")
     loaded = load_config_from_file(source)
     if loaded is None or loaded.kind != "yaml":
         raise ConfigurationError(f"{source} is not an accel/Accelerate config file.")
@@ -73,7 +79,7 @@ def to_fsdp2_command(args: argparse.Namespace) -> int:
         raise ConfigurationError("pass --output_file NEW.yaml, or --overwrite to replace "
                                  f"{source} in place.")
     if target.exists() and target != source and not args.overwrite:
-        raise ConfigurationError(f"{target} exists: pass --overwrite to replace it.")
+        raise OutputFileExistsError(f"{target} exists: pass --overwrite to replace it.")
     converted, notes = convert_with_notes(loaded.raw)
     save_config(converted, target)
     load_config_from_file(target)

@@ -47,7 +47,10 @@ def normalize_name(name: str) -> str:
 
 def register_tracker_class(cls: type[GeneralTracker], name: str | None = None, *,
                            override: bool = False) -> type[GeneralTracker]:
-    """Make ``cls`` usable by name in ``log_with`` (also works as a class decorator)."""
+    """Make ``cls`` usable by name in ``log_with`` (also works as a class decorator).
+
+    ``cls`` must set ``name`` (or pass ``name=``) and ``requires_logging_directory``
+    itself: the base class's default says nothing about how the class is built."""
     if not (isinstance(cls, type) and issubclass(cls, GeneralTracker)):
         raise ConfigurationError(
             f"register_tracker_class needs a GeneralTracker subclass, got {cls!r}: subclass "
@@ -57,6 +60,12 @@ def register_tracker_class(cls: type[GeneralTracker], name: str | None = None, *
         raise ConfigurationError(
             f"Tracker class {cls.__name__} needs a name other than {key!r}: set the class "
             "attribute `name` or pass name=... to register_tracker_class.")
+    if not any("requires_logging_directory" in vars(k) for k in cls.__mro__
+               if k is not GeneralTracker):
+        raise ConfigurationError(
+            f"Tracker class {cls.__name__} does not set `requires_logging_directory`: set "
+            "the class attribute to True if its constructor takes the logging directory "
+            "after the run name, else to False.")
     TRACKERS.register(key, cls, override=override)
     return cls
 

@@ -72,13 +72,16 @@ def setup_tracking(accelerator: Accelerator, log_with: Any) -> None:
 
 def _group(accelerator: Accelerator, trackers: list[GeneralTracker],
            strict: bool | None) -> TrackerGroup:
-    # a partial of a module function, not a lambda: a pickled Accelerator carries its group
+    # a partial of a module function, not a lambda: a pickled Accelerator carries its group.
+    # It holds the accelerator's state (what accelerator.is_main_process reads), not the
+    # accelerator: a group pointing back at its accelerator would make a reference cycle,
+    # and an Accelerator dropped by its last user would wait for gc.collect() to be freed.
     return TrackerGroup(trackers, strict=strict,
-                        is_main_process=functools.partial(_is_main_process, accelerator))
+                        is_main_process=functools.partial(_is_main_process, accelerator.state))
 
 
-def _is_main_process(accelerator: Accelerator) -> bool:
-    return accelerator.is_main_process
+def _is_main_process(state: Any) -> bool:
+    return state.is_main_process
 
 
 def init_trackers(accelerator: Accelerator, project_name: str,
