@@ -8,7 +8,6 @@ import pickle
 import types
 import weakref
 
-import pytest
 from accel import Accelerator
 from torch.utils.data import DataLoader
 
@@ -36,8 +35,6 @@ def test_the_tracker_group_does_not_point_back_at_its_accelerator():
     assert again._tracker_group._is_main() is True
 
 
-@pytest.mark.xfail(strict=True, reason="Accelerator._end_training_hooks holds the accelerator's "
-                   "own bound method and a partial of it (accelerator.py): a cycle")
 def test_an_accelerator_and_its_loader_are_freed_without_gc_collect():
     gc.collect()
     gc.disable()

@@ -10,8 +10,6 @@ is. Kept thin on purpose.
 from __future__ import annotations
 
 import contextlib
-import functools
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -128,9 +126,6 @@ class Accelerator(ProcessMixin, PrecisionMixin, DataMixin, _ckpt.CheckpointingMi
         _ckpt.init_checkpointing(self, project_dir, project_config)
         # experiment tracking (accel/_tracking.py)
         _tracking.setup_tracking(self, log_with)
-        # end_training(): wait for async checkpoint writes, then finish the trackers' runs
-        self._end_training_hooks: list[Callable[[], None]] = [
-            self.wait_for_checkpoint, functools.partial(_tracking.end_tracking, self)]
 
     @property
     def sync_gradients(self) -> bool:
@@ -286,9 +281,10 @@ class Accelerator(ProcessMixin, PrecisionMixin, DataMixin, _ckpt.CheckpointingMi
 
     # -- end of training ---------------------------------------------------------------------
     def end_training(self) -> None:
-        """Call once training is over: finishes the trackers' runs (and other finishers)."""
-        for finish in self._end_training_hooks:
-            finish()
+        """Call once training is over: waits for asynchronous checkpoint writes, then
+        finishes the trackers' runs."""
+        self.wait_for_checkpoint()
+        _tracking.end_tracking(self)
 
     def free_memory(self, *objects: Any) -> list[None]:
         """Forget every prepared object and free the device cache (between two trainings in
