@@ -1,4 +1,5 @@
-"""Process-wide state: :class:`PartialState` (who am I, which device) and :class:`GradientState`.
+"""Process-wide state: :class:`PartialState` (who am I, which device); :class:`GradientState`
+(its home is :mod:`accel_state.gradient_state`) is re-exported here, Accelerate's path.
 
 Both are "borg" singletons as in Accelerate: every instance shares one ``__dict__`` so
 ``PartialState()`` anywhere in a program sees the same process group and device. Tests
@@ -11,7 +12,6 @@ import atexit
 import contextlib
 import functools
 import gc
-import threading
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -22,37 +22,13 @@ import torch.distributed as dist
 from accel_state import detect, env
 from accel_state.enums import DistributedType
 from accel_state.errors import ConfigurationError, DistributedError
+from accel_state.gradient_state import GradientState
 from accel_state.kwargs import InitProcessGroupKwargs
+from accel_state.shared import SharedDict, ThreadLocalSharedDict
 
 __all__ = ["PartialState", "GradientState", "SharedDict", "ThreadLocalSharedDict", "is_initialized"]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
-
-
-class SharedDict(dict):
-    """Storage of a borg singleton's attributes (a plain dict, shared by every instance)."""
-
-
-class ThreadLocalSharedDict(threading.local):
-    """Per-thread storage (Accelerate uses it under torch_xla); kept for API compatibility."""
-
-    def __init__(self) -> None:
-        self._storage: dict[str, Any] = {}
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self._storage.get(key, default)
-
-    def __getitem__(self, key: str) -> Any:
-        return self._storage[key]
-
-    def __setitem__(self, key: str, value: Any) -> None:
-        self._storage[key] = value
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._storage
-
-    def clear(self) -> None:
-        self._storage.clear()
 
 
 class PartialState:
@@ -331,99 +307,6 @@ def _destroy_owned_group_at_exit() -> None:
         gc.collect()
         dist.destroy_process_group()
         gc.collect()
-
-
-class GradientState:
-    """Gradient-synchronisation state shared by the accelerator, optimizers and dataloaders.
-
-    ``sync_gradients`` is False on micro-steps of gradient accumulation; dataloaders
-    report ``end_of_dataloader`` and ``remainder`` here so accumulation and
-    ``gather_for_metrics`` can react to the last batch.
-    """
-
-    _shared_state: dict[str, Any] = SharedDict()
-
-    def __init__(self, gradient_accumulation_plugin: Any = None) -> None:
-        self.__dict__ = self._shared_state
-        if not self.initialized:
-            self.sync_gradients = True
-            self.active_dataloader: Any = None
-            self.dataloader_references: list[Any] = [None]
-            self.plugin_kwargs: dict[str, Any] = {}
-            self.is_xla_gradients_synced = False
-        if gradient_accumulation_plugin is not None:
-            # every field, defaults included: a default such as adjust_scheduler=True matters
-            to_dict = getattr(gradient_accumulation_plugin, "to_dict", None)
-            self.plugin_kwargs = dict(to_dict() if to_dict else vars(gradient_accumulation_plugin))
-
-    @property
-    def initialized(self) -> bool:
-        return bool(self._shared_state)
-
-    @property
-    def num_steps(self) -> int:
-        return int(self.plugin_kwargs.get("num_steps") or 1)
-
-    @property
-    def adjust_scheduler(self) -> bool:
-        return bool(self.plugin_kwargs.get("adjust_scheduler", False))
-
-    @property
-    def sync_with_dataloader(self) -> bool:
-        return bool(self.plugin_kwargs.get("sync_with_dataloader", True))
-
-    @property
-    def sync_each_batch(self) -> bool:
-        return bool(self.plugin_kwargs.get("sync_each_batch", False))
-
-    @property
-    def in_dataloader(self) -> bool:
-        return self.active_dataloader is not None
-
-    @property
-    def end_of_dataloader(self) -> bool:
-        return bool(getattr(self.active_dataloader, "end_of_dataloader", False))
-
-    @property
-    def remainder(self) -> int:
-        return int(getattr(self.active_dataloader, "remainder", -1)) if self.in_dataloader else -1
-
-    def _set_sync_gradients(self, sync_gradients: bool) -> None:
-        self.sync_gradients = sync_gradients
-
-    def _advance(self, step: int) -> int:
-        """``accumulate()``'s rule for one batch, in one call since it runs on every
-        micro-step: the batch ends a cycle (``sync_gradients``) every ``num_steps`` batches,
-        and on the last batch of the active dataloader when ``sync_with_dataloader``.
-        Returns the batch count after this one (0 once a dataloader's end reset it)."""
-        options = self.plugin_kwargs  # read here, not through the properties: one call
-        if options.get("sync_with_dataloader", True) and getattr(
-                self.active_dataloader, "end_of_dataloader", False):
-            self.sync_gradients = True
-            return 0
-        step += 1
-        self.sync_gradients = step % int(options.get("num_steps") or 1) == 0
-        return step
-
-    def _add_dataloader(self, dataloader: Any) -> None:
-        """A dataloader started iterating: it becomes the active one (nesting is supported)."""
-        self.active_dataloader = dataloader
-        self.dataloader_references.append(dataloader)
-
-    def _remove_dataloader(self, dataloader: Any) -> None:
-        """A dataloader finished: the previous one (or none) becomes active again."""
-        if dataloader in self.dataloader_references:
-            self.dataloader_references.remove(dataloader)
-        self.active_dataloader = self.dataloader_references[-1]
-
-    def __repr__(self) -> str:
-        return (f"Sync Gradients: {self.sync_gradients}\nAt end of current dataloader: "
-                f"{self.end_of_dataloader}\nExtra samples added: {self.remainder}\n"
-                f"Gradient accumulation plugin: {self.plugin_kwargs}\n")
-
-    @classmethod
-    def _reset_state(cls) -> None:
-        cls._shared_state.clear()
 
 
 def is_initialized() -> bool:
