@@ -28,7 +28,8 @@ from accel_state.structures import honor_type, recursively_apply, send_to_device
 from torch.utils.data import IterableDataset
 
 from accel_data.groups import resolve_world
-from accel_data.loaders import _END, DataLoaderShard, UnsizedLoaderError
+from accel_data.loader_state import _END
+from accel_data.loaders import DataLoaderShard, UnsizedLoaderError
 from accel_data.samplers import SkipBatchSampler
 from accel_data.sharding import _check_split
 

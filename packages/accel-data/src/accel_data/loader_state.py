@@ -1,0 +1,176 @@
+"""Iteration state of a prepared loader (:class:`DataLoaderStateMixin`): the pass bracket
+that reports to ``GradientState``, the one-batch look-ahead behind ``end_of_dataloader``,
+and the resumable position a checkpoint saves. Kept apart from the loader classes
+(``accel_data.loaders``) so that each stays small and reads on its own."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from accel_state.errors import ConfigurationError
+from accel_state.state import GradientState
+
+from accel_data.samplers import get_sampler
+
+__all__ = ["DataLoaderStateMixin"]
+
+#: what ``next(iterator, _END)`` returns at the end of a pass (shared with the loaders)
+_END = object()
+
+
+class DataLoaderStateMixin:
+    """Iteration state of a prepared loader: what a training loop reads and a checkpoint saves.
+
+    ``end_of_dataloader``/``remainder`` describe the current pass; ``begin()``/``end()``
+    bracket every pass and are the single place where a loader reports itself to the
+    process-wide ``GradientState``. ``state_dict()``/``load_state_dict()`` capture the
+    position (epoch, batches yielded, shuffle seed) so a resumed run continues with
+    exactly the batches the uninterrupted run would have seen.
+    """
+
+    end_of_dataloader: bool = False
+    # Real samples in the last global batch when it was padded (what gather_for_metrics
+    # keeps of it); 0 when nothing was padded; -1 when unknown.
+    remainder: int = -1
+    iteration: int = 0  # epoch of the next pass; advanced after each complete pass
+    _yielded: int = 0  # batches of epoch `iteration` handed out (skipped ones included)
+    _skip_plan: tuple[int, int] | None = None  # (epoch, batches) to skip in that epoch only
+    # Set when a pass hands out its last batch: the epoch is done even if the pass is then
+    # abandoned (``break`` on the last batch) or never resumed. Identifies that pass.
+    _pending_finish: object | None = None
+
+    def reset(self) -> None:
+        """Forget the previous pass."""
+        self.end_of_dataloader = False
+        self.remainder = -1
+
+    def begin(self) -> None:
+        """A pass starts: become the active dataloader, reset, estimate ``remainder``."""
+        self.reset()
+        GradientState()._add_dataloader(self)
+        self.remainder = self._expected_remainder()
+
+    def _expected_remainder(self) -> int:
+        """``remainder`` from the lengths, before the pass tells the exact value."""
+        if getattr(self, "_drop_last_source", False):
+            return -1
+        if not getattr(self, "_pads", True):
+            return 0
+        try:
+            total = self.total_dataset_length  # type: ignore[attr-defined]
+            per_step = self.total_batch_size  # type: ignore[attr-defined]
+        except TypeError:  # unsized dataset
+            return -1
+        return total % per_step if per_step else -1
+
+    def end(self) -> None:
+        """A pass ended (exhausted or abandoned): the enclosing loader, if any, is active again."""
+        GradientState()._remove_dataloader(self)
+
+    # -- resumable position ----------------------------------------------------------------
+    def _pending_skip(self) -> int:
+        """Batches the next pass skips: only if it is the epoch the skip was asked for."""
+        plan = self._skip_plan
+        return plan[1] if plan is not None and plan[0] == self.iteration else 0
+
+    def set_skip_batches(self, num_batches: int) -> None:
+        """Make the next pass of the current epoch start after ``num_batches`` batches."""
+        if isinstance(num_batches, bool) or not isinstance(num_batches, int) or num_batches < 0:
+            raise ConfigurationError(
+                f"num_batches must be a non-negative int, got {num_batches!r}; pass how many "
+                "batches of this epoch were already consumed.")
+        self._skip_plan = (self.iteration, num_batches) if num_batches else None
+
+    def state_dict(self) -> dict[str, Any]:
+        """The position as plain ints: ``epoch``, ``batches_yielded``, and ``sampler_seed``
+        (a seedable sampler's) or else ``loader_seed`` (the worker seeds' source).
+
+        Taken mid-pass it is the batches handed out so far; taken on the last batch (or
+        after it) it is the start of the next epoch.
+        """
+        epoch, done = self.iteration, self._yielded
+        if self._skip_plan is not None and self._skip_plan[0] == epoch and not done:
+            done = self._skip_plan[1]  # loaded but not iterated yet
+        if self._pending_finish is not None:  # the last batch is out: the epoch is done
+            epoch, done = epoch + 1, 0
+        state: dict[str, Any] = {"epoch": epoch, "batches_yielded": done}
+        seed = getattr(get_sampler(self), "initial_seed", None)  # type: ignore[arg-type]
+        if isinstance(seed, int):
+            state["sampler_seed"] = seed
+        elif isinstance(getattr(self, "_loader_seed", None), int):
+            state["loader_seed"] = self._loader_seed  # worker seeds of an unshuffled loader
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Continue from ``state_dict``: the next pass resumes that epoch where it stopped."""
+        try:
+            epoch, done = int(state_dict["epoch"]), int(state_dict["batches_yielded"])
+        except (KeyError, TypeError, ValueError) as error:
+            raise ConfigurationError(
+                f"Not a dataloader state: {state_dict!r} lacks an int 'epoch' and "
+                "'batches_yielded'; pass what this loader's state_dict() returned.") from error
+        self.set_epoch(epoch)  # type: ignore[attr-defined]
+        self._yielded = 0
+        self._skip_plan = (epoch, done) if done else None
+        seed = state_dict.get("sampler_seed")
+        sampler = get_sampler(self)  # type: ignore[arg-type]
+        if seed is not None and hasattr(sampler, "initial_seed"):
+            sampler.initial_seed = int(seed)
+        if state_dict.get("loader_seed") is not None:
+            self._loader_seed = int(state_dict["loader_seed"])
+
+    def _hand_out_last(self) -> object:
+        """The last batch of this pass is about to be yielded: from now on the epoch is done."""
+        token = object()
+        self._pending_finish = token
+        return token
+
+    def _settle(self, token: object | None = None) -> None:
+        """Count a pass whose last batch was handed out as finished (``token``: that pass
+        only; ``None``: whichever is pending). Idempotent."""
+        pending = self._pending_finish
+        if pending is not None and (token is None or pending is token):
+            self._finish_pass()
+
+    def _look_ahead(self, batches: Iterator[Any], move: Callable[[Any], Any] | None,
+                    before_last: Callable[[], None]) -> Iterator[Any]:
+        """Yield ``batches`` one behind, so the last is known as such when it is handed out
+        (``end_of_dataloader``); ``move`` (device placement) runs on each batch before the
+        next one is fetched; ``before_last`` runs just before the last one is yielded. Ends
+        the pass, and the state ``begin()`` opened, however the iteration stops."""
+        token = None
+        # the count goes straight into the instance dict: DataLoader's Python __setattr__
+        # (which guards its own options) cost ~1 us per batch here
+        attributes = self.__dict__
+        attributes["_yielded"] = self._yielded
+        try:
+            current = next(batches, _END)
+            if current is _END:
+                self._finish_pass()
+                return
+            if move is not None:
+                current = move(current)
+            for upcoming in batches:
+                attributes["_yielded"] += 1
+                yield current
+                current = upcoming if move is None else move(upcoming)
+            before_last()
+            self.end_of_dataloader = True
+            self._yielded += 1
+            token = self._hand_out_last()
+            yield current
+        finally:
+            if token is not None:  # also when abandoned on the last batch
+                self._settle(token)
+            self.end()
+
+    def _finish_pass(self) -> None:
+        """A pass ran to its end: the next one is the next epoch, from its start."""
+        self._pending_finish = None
+        self.iteration += 1
+        self._yielded = 0
+        self._skip_plan = None
+        origin = getattr(self, "_origin", None)
+        if origin is not None:  # a skip_first_batches copy finished the origin's epoch
+            origin.iteration, origin._yielded = self.iteration, 0
