@@ -119,8 +119,17 @@ def _default_device() -> Any:
 def _offloaded(device_map: Mapping[str, Any]) -> list[str]:
     """Entries on disk, or in CPU RAM while a GPU executes: bitsandbytes layers run on their
     device, so these stay unquantised (Accelerate quantises 8-bit ones before offloading)."""
-    gpu = any(isinstance(d, int) for d in device_map.values())
-    return [k for k, d in device_map.items() if d == "disk" or (d == "cpu" and gpu)]
+    gpu = _has_gpu(device_map)
+    return [k for k, d in device_map.items() if _is_offload(d, gpu)]
+
+
+def _has_gpu(device_map: Mapping[str, Any]) -> bool:
+    return any(isinstance(d, int) for d in device_map.values())
+
+
+def _is_offload(device: Any, gpu: bool) -> bool:
+    """Whether ``device`` only stores weights: the disk, or the CPU while a GPU executes."""
+    return device == "disk" or (device == "cpu" and gpu)
 
 
 def _layer_device(name: str, device_map: Mapping[str, Any]) -> Any:
@@ -167,9 +176,8 @@ def _quantised_device_map(model: nn.Module, config: BnbQuantizationConfig, devic
             max_memory = get_balanced_memory(model, max_memory=max_memory,
                                              low_zero=device_map == "balanced_low_0", **kwargs)
         device_map = infer_auto_device_map(model, max_memory=max_memory, **kwargs)
-        gpu = any(isinstance(d, int) for d in device_map.values())
-        stranded = [n for n in bnb_layers if _layer_device(n, device_map) == "disk" or
-                    (_layer_device(n, device_map) == "cpu" and gpu)]
+        gpu = _has_gpu(device_map)
+        stranded = [n for n in bnb_layers if _is_offload(_layer_device(n, device_map), gpu)]
         if stranded:
             raise ConfigurationError(
                 f"device_map={device_map!r} offloads quantised layers {sorted(stranded)[:5]} to "
