@@ -27,13 +27,10 @@ from typing import Any
 from torch import nn
 
 from accel_inference.sizing import get_max_layer_size, top_level_items
+from accel_inference.tensors import holds
 from accel_inference.tied import get_module_size_with_ties, tied_partners
 
 Item = tuple[str, Any]
-
-
-def _holds(block: str, name: str) -> bool:
-    return name == block or name.startswith(block + ".")
 
 
 def split_items(name: str, item: Any, no_split: set[str]) -> list[Item] | None:
@@ -49,7 +46,7 @@ def _detach(queue: Sequence[Item], target: str) -> list[Item]:
     """``queue`` without ``target``: a queued ancestor of it is first replaced by its parts."""
     out = list(queue)
     while True:
-        at = next((i for i, (n, _) in enumerate(out) if n != target and _holds(n, target)), None)
+        at = next((i for i, (n, _) in enumerate(out) if n != target and holds(n, target)), None)
         if at is None:
             return [item for item in out if item[0] != target]
         name, module = out[at]
@@ -112,7 +109,7 @@ class Planner:
     def _step(self, name: str, item: Any) -> None:
         # the layer being placed needs no room kept for it: once all largest layers are
         # taken, the largest of those still queued sets the room to keep
-        self.max_layer_names = [n for n in self.max_layer_names if not _holds(name, n)]
+        self.max_layer_names = [n for n in self.max_layer_names if not holds(name, n)]
         if not self.max_layer_names:
             self._refresh_max_layer()
         device = self.devices[self.index]

@@ -24,16 +24,13 @@ from accel_inference.sizing import (
     normalize_device,
     top_level_items,
 )
+from accel_inference.tensors import holds
 from accel_inference.tied import check_tied_parameters_in_config, find_tied_parameters
 
 __all__ = ["infer_auto_device_map", "check_device_map", "clean_device_map",
            "validate_device_map"]
 
 logger = logging.getLogger("accel.big_modeling")
-
-
-def _is_prefix(prefix: str, name: str) -> bool:
-    return prefix == "" or name == prefix or name.startswith(prefix + ".")
 
 
 def infer_auto_device_map(model: nn.Module, max_memory: Mapping[Any, Any] | None = None,
@@ -100,7 +97,7 @@ def clean_device_map(device_map: dict[str, Any], module_name: str = "") -> dict[
     todo = [module_name]
     while todo:
         prefix = todo.pop(0)
-        inside = [k for k in merged if k != prefix and _is_prefix(prefix, k)]
+        inside = [k for k in merged if k != prefix and holds(prefix, k)]
         if not inside:
             continue
         first = merged[inside[0]]
@@ -144,7 +141,7 @@ def check_device_map(model: nn.Module, device_map: Mapping[str, Any]) -> None:
                                  "model.named_modules().")
     # non-persistent buffers are not in checkpoints: unmapped, they stay where they are
     tensors = list(dict.fromkeys([*(n for n, _ in model.named_parameters()), *model.state_dict()]))
-    left = [n for n in tensors if not any(_is_prefix(k, n) for k in device_map)]
+    left = [n for n in tensors if not any(holds(k, n) for k in device_map)]
     if left:
         modules = list(dict.fromkeys(n.rpartition(".")[0] or n for n in left))
         raise ConfigurationError(f"The device_map gives no device to the modules {modules} "

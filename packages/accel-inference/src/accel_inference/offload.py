@@ -166,9 +166,10 @@ class OffloadedWeightsLoader(Mapping):
 def extract_submodules_state_dict(state_dict: Mapping[str, torch.Tensor],
                                   submodule_names: Iterable[str]) -> dict[str, torch.Tensor]:
     """The entries of ``state_dict`` that belong to the named submodules."""
+    from accel_inference.tensors import holds
+
     names = list(submodule_names)
-    return {k: v for k, v in state_dict.items()
-            if any(k == n or k.startswith(n + ".") or n == "" for n in names)}
+    return {k: v for k, v in state_dict.items() if any(holds(n, k) for n in names)}
 
 
 def load_offloaded_weights(model: nn.Module, index: Mapping[str, Any],

@@ -23,6 +23,12 @@ __all__ = ["set_module_tensor_to_device", "named_module_tensors", "get_non_persi
 _EXACT = ("torch.uint", "torch.int", "torch.bool")
 
 
+def holds(block: str, name: str) -> bool:
+    """Whether the module path ``block`` is ``name`` or contains it (``""``, the root,
+    contains every name): whole name parts, so ``"layer1"`` does not hold ``"layer10.w"``."""
+    return block == "" or name == block or name.startswith(block + ".")
+
+
 def get_module_and_name(module: nn.Module, tensor_name: str) -> tuple[nn.Module, str]:
     """The submodule owning ``tensor_name`` ("a.b.weight") and the tensor's local name."""
     *path, name = tensor_name.split(".")

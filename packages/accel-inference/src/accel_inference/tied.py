@@ -13,7 +13,7 @@ from typing import Any
 from accel_state.errors import ConfigurationError
 from torch import nn
 
-from accel_inference.tensors import get_module_and_name
+from accel_inference.tensors import get_module_and_name, holds
 
 __all__ = ["find_tied_parameters", "retie_parameters", "check_tied_parameters_on_same_device",
            "check_tied_parameters_in_config", "device_of", "get_module_size_with_ties",
@@ -69,10 +69,6 @@ def check_tied_parameters_in_config(model: nn.Module) -> bool:
     return declared or bool(getattr(model, "_tied_weights_keys", None))
 
 
-def _holds(block: str, tensor: str) -> bool:
-    return block == "" or tensor == block or tensor.startswith(block + ".")
-
-
 def tied_partners(name: str, tied_groups: Sequence[Sequence[str]]) -> list[str]:
     """Tensors tied to a tensor inside block ``name`` but living outside it, group by group.
 
@@ -81,8 +77,8 @@ def tied_partners(name: str, tied_groups: Sequence[Sequence[str]]) -> list[str]:
     """
     partners: list[str] = []
     for group in tied_groups:
-        if any(_holds(name, n) for n in group):
-            partners.extend(n for n in group if not _holds(name, n))
+        if any(holds(name, n) for n in group):
+            partners.extend(n for n in group if not holds(name, n))
     return partners
 
 
@@ -104,7 +100,7 @@ def get_module_size_with_ties(tied_params: Sequence[str], module_size: int,
     names: list[str] = []
     blocks: list[Any] = []
     for param in tied_params:
-        match = next(((n, m) for n, m in modules_to_treat if n and _holds(n, param)), None)
+        match = next(((n, m) for n, m in modules_to_treat if n and holds(n, param)), None)
         if match is None:
             raise ConfigurationError(
                 f"The tied tensor {param!r} is in none of the blocks still to place "
