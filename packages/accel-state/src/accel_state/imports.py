@@ -169,12 +169,15 @@ def _dist_probe(module: str, *dists: str):  # noqa: ANN202 - small factory of pr
     return probe
 
 
+def _installed_at_least(dist: str, min_version: str) -> bool:
+    """Distribution ``dist`` is installed at ``min_version`` or newer (metadata only)."""
+    version = package_version(dist)
+    return version is not None and compare_versions(version, ">=", min_version)
 
 
 def is_numpy_available(min_version: str = "1.25.0") -> bool:
     """numpy installed at ``min_version`` or newer (reads metadata; imports nothing)."""
-    version = package_version("numpy")
-    return version is not None and compare_versions(version, ">=", min_version)
+    return _installed_at_least("numpy", min_version)
 
 
 is_safetensors_available = _dist_probe("safetensors")
@@ -303,10 +306,9 @@ def is_transformer_engine_mxfp8_available() -> bool:
 
 def is_bnb_available(min_version: str | None = None) -> bool:
     """bitsandbytes installed (and at least ``min_version`` when given)."""
-    version = package_version("bitsandbytes")
-    if version is None or not is_package_available("bitsandbytes"):
+    if not is_package_available("bitsandbytes", "bitsandbytes"):  # importable, with metadata
         return False
-    return min_version is None or compare_versions(version, ">=", min_version)
+    return min_version is None or _installed_at_least("bitsandbytes", min_version)
 
 
 def is_4bit_bnb_available() -> bool:
@@ -337,8 +339,7 @@ def is_weights_only_available() -> bool:
 
 def is_torchdata_stateful_dataloader_available() -> bool:
     """torchdata's ``StatefulDataLoader`` (torchdata >= 0.8.0)."""
-    version = package_version("torchdata")
-    return version is not None and compare_versions(version, ">=", "0.8.0")
+    return _installed_at_least("torchdata", "0.8.0")
 
 
 def is_peft_model(model: Any) -> bool:
