@@ -13,6 +13,7 @@ The schema is derived from the flag table (:mod:`accel_launch.flags`): each flag
 
 from __future__ import annotations
 
+import copy
 import difflib
 import json
 import os
@@ -134,8 +135,9 @@ class ConfigFile:
         return f"{what} {self.path}"
 
     def to_dict(self) -> dict[str, Any]:
-        """The file's content (old keys under today's names), as Accelerate's configs give it."""
-        return json.loads(json.dumps(self.raw))  # a deep copy: editing it leaves self alone
+        """The file's content as read (a copy: editing it leaves this config alone), as
+        Accelerate's configs give it; ``accel config update`` renames old keys."""
+        return copy.deepcopy(self.raw)
 
     def to_yaml_file(self, yaml_file: str | os.PathLike[str]) -> Path:
         """Write the config as YAML (Accelerate's ``to_yaml_file``); it loads back equal."""
