@@ -126,7 +126,8 @@ class DeepSpeedPlugin:
                           ("zero3_save_16bit_model", env.DEEPSPEED_ZERO3_SAVE_16BIT_MODEL)):
             if getattr(self, name) is None and var.is_set():
                 setattr(self, name, var.get_bool())
-                self._from_env[name] = f"{var.raw()[0]}={var.raw()[1]!r}"
+                key, raw = var.raw()
+                self._from_env[name] = f"{key}={raw!r}"
 
     def _validate_fields(self) -> None:
         stage = self.zero_stage
