@@ -164,6 +164,11 @@ SURFACE: dict[str, tuple[str, ...]] = {
         # imported at module level by transformers (not in ACCELERATE_SURFACE.md's list)
         "get_state_dict_from_offload", "get_module_size_with_ties",
     ),
+    "accelerate.utils.bnb": (
+        # not in ACCELERATE_SURFACE.md's list: Accelerate's module of the bitsandbytes helpers
+        "load_and_quantize_model", "has_4bit_bnb_layers", "replace_with_bnb_layers",
+        "get_keys_to_not_convert",
+    ),
     "accelerate.utils.offload": (
         "offload_weight", "load_offloaded_weight", "save_offload_index", "offload_state_dict",
         "OffloadedWeightsLoader", "PrefixedDataset", "extract_submodules_state_dict",

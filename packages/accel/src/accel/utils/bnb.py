@@ -1,0 +1,13 @@
+"""Accelerate's ``accelerate.utils.bnb`` module path: re-exports of accel-inference only."""
+
+from __future__ import annotations
+
+from accel_inference.quantize import (
+    get_keys_to_not_convert,
+    has_4bit_bnb_layers,
+    load_and_quantize_model,
+    replace_with_bnb_layers,
+)
+
+__all__ = ["load_and_quantize_model", "has_4bit_bnb_layers", "replace_with_bnb_layers",
+           "get_keys_to_not_convert"]
