@@ -137,9 +137,14 @@ def write_safetensors(path: str | os.PathLike[str], tensors: dict[str, torch.Ten
     return hasher.record() if hasher is not None else None
 
 
-def _read_verified(path: Path, expected: FileRecord | None, hashed: bool = True) -> Any:
+def _read_verified(path: Path, expected: FileRecord | None, hashed: bool = True,
+                   verified: Any = None) -> Any:
     """The file's bytes (a copy-on-write mapping), checked against ``expected`` first:
-    its size always, its digests unless ``hashed=False`` (the caller verifies them apart)."""
+    its size always, its digests unless ``hashed=False`` (the caller verifies them apart).
+    ``verified``: the file's bytes as a :class:`Verification` already checked them (used
+    as they are)."""
+    if verified is not None:
+        return verified
     try:
         size = path.stat().st_size
     except FileNotFoundError:
@@ -154,11 +159,13 @@ def _read_verified(path: Path, expected: FileRecord | None, hashed: bool = True)
 
 
 def read_safetensors(path: str | os.PathLike[str], expected: FileRecord | None = None,
-                     hashed: bool = True) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+                     hashed: bool = True, verified: Any = None
+                     ) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     """``(tensors, metadata)`` of a safetensors file, verified against ``expected``
-    (``hashed=False``: its size only; the caller checks the digests apart)."""
+    (``hashed=False``: its size only; the caller checks the digests apart; ``verified``:
+    the file's bytes from a passed :meth:`Verification.take`, read without mapping again)."""
     path = Path(path)
-    buffer = _read_verified(path, expected, hashed)
+    buffer = _read_verified(path, expected, hashed, verified)
     try:
         if len(buffer) < 8:
             raise ValueError(f"only {len(buffer)} bytes")
@@ -197,10 +204,10 @@ def write_json(path: str | os.PathLike[str], value: Any) -> FileRecord:
 
 
 def read_json(path: str | os.PathLike[str], expected: FileRecord | None = None,
-              hashed: bool = True) -> Any:
+              hashed: bool = True, verified: Any = None) -> Any:
     """Parse a JSON file, verified against ``expected`` when given (see read_safetensors)."""
     path = Path(path)
-    data = _read_verified(path, expected, hashed)
+    data = _read_verified(path, expected, hashed, verified)
     try:
         return json.loads(bytes(data))
     except ValueError as exc:

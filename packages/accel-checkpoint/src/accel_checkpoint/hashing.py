@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import mmap
 import os
+import sys
 import threading
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -37,6 +38,9 @@ __all__ = ["HASH_CHUNK", "FileRecord", "Verification", "hash_pool", "chunk_diges
 
 #: Bytes per hashed chunk (format 2): small enough to spread a file over every core.
 HASH_CHUNK = 16 * 2**20
+#: madvise(2) advice that maps a range's pages in one call (Linux >= 5.14; Python < 3.13
+#: lacks the name). Older kernels refuse it with EINVAL, which is ignored.
+_MADV_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22 if sys.platform == "linux" else None)
 _POOL: ThreadPoolExecutor | None = None
 _POOL_LOCK = threading.Lock()
 
@@ -141,16 +145,34 @@ def map_file(path: str | os.PathLike[str]) -> Any:
         return mmap.mmap(handle.fileno(), size, access=mmap.ACCESS_COPY)
 
 
+def _prefault(data: Any, start: int, length: int) -> None:
+    """Map the pages of ``data[start:start + length]`` in one call when ``data`` is a file
+    mapping: hashing it then takes no page fault per 4 KiB (~20% faster here), and whoever
+    reads the same mapping afterwards (tensors viewing it) finds the pages mapped."""
+    if _MADV_POPULATE_READ is not None and isinstance(data, mmap.mmap):
+        try:
+            data.madvise(_MADV_POPULATE_READ, start, length)
+        except (OSError, ValueError):  # an older kernel: the hash faults the pages in
+            pass
+
+
+def _digest_range(data: Any, start: int, length: int, algorithm: str) -> bytes:
+    """``algorithm`` (``"xxh3"`` or ``"sha256"``) of ``data[start:start + length]``."""
+    _prefault(data, start, length)
+    piece = memoryview(data).cast("B")[start:start + length]
+    return _xxh3(piece) if algorithm == "xxh3" else _sha256([piece])
+
+
 def _submit_chunks(data: Any, record: FileRecord, fast: bool) -> list[Future[bytes]]:
     """Hash ``data`` on the pool the way ``record`` was made: per chunk with xxh3-128 when
     ``fast`` and the record has those digests, else sha256 (per chunk, or whole file)."""
-    view = memoryview(data).cast("B")
+    total = len(memoryview(data).cast("B"))
     if not record.chunk_size:  # format 1: one digest of the whole file
-        return [hash_pool().submit(_sha256, [view])]
+        return [hash_pool().submit(_digest_range, data, 0, total, "sha256")]
     size = record.chunk_size
-    if fast and record.xxh3:
-        return [hash_pool().submit(_xxh3, view[s:s + size]) for s in range(0, len(view), size)]
-    return [hash_pool().submit(_sha256, [view[s:s + size]]) for s in range(0, len(view), size)]
+    algorithm = "xxh3" if fast and record.xxh3 else "sha256"
+    return [hash_pool().submit(_digest_range, data, s, size, algorithm)
+            for s in range(0, total, size)]
 
 
 def _check_chunks(path: object, futures: list[Future[bytes]], record: FileRecord,
@@ -191,14 +213,17 @@ class Verification:
     Every chunk of every file is submitted at once (the files are hashed in parallel);
     :meth:`wait` raises ``CorruptCheckpointError`` naming the first bad file (in name
     order), the same error on every later call. Each file is hashed through its own
-    mapping, so tensors loaded from the checkpoint (copy-on-write mappings) may already be
-    in use while this runs. ``fast``: xxh3-128 where the records have it (loading), else
-    sha256 (``accel checkpoint verify``).
+    copy-on-write mapping, so tensors loaded from other mappings of the checkpoint may
+    already be in use while this runs. Once :meth:`wait` has passed, :meth:`take` hands a
+    file's mapping to its reader: the very bytes that were checked, their pages already
+    mapped. ``fast``: xxh3-128 where the records have it (loading), else sha256
+    (``accel checkpoint verify``).
     """
 
     def __init__(self, path: str | os.PathLike[str], files: dict[str, FileRecord],
                  fast: bool = True) -> None:
         self.path = Path(path)
+        self._mappings: dict[str, Any] = {}
         self._jobs: list[tuple[Path, FileRecord, list[Future[bytes]]]] = []
         self._error: BaseException | None = None
         self._checked = False
@@ -214,6 +239,7 @@ class Verification:
                 self._error = _corrupt(file, f"size is {len(data)} bytes but the manifest "
                                        f"says {record.size}: the file is truncated or changed")
                 break
+            self._mappings[name] = data
             self._jobs.append((file, record, _submit_chunks(data, record, fast)))
 
     def done(self) -> bool:
@@ -237,6 +263,13 @@ class Verification:
                 self._jobs = []
         if self._error is not None:
             raise self._error
+
+    def take(self, name: str) -> Any:
+        """The verified mapping of file ``name`` (its bytes), handed over once: the caller
+        owns it from then on. Waits for the check first; None when the file was not part of
+        it."""
+        self.wait()
+        return self._mappings.pop(name, None)
 
 
 def hash_file(path: str | os.PathLike[str], chunk_size: int = HASH_CHUNK) -> FileRecord:

@@ -177,9 +177,10 @@ class LoadedCheckpoint:
 
 
 def read_object(path: str | os.PathLike[str], name: str, manifest: Manifest | None = None,
-                hashed: bool = True) -> Any:
+                hashed: bool = True, verified: Verification | None = None) -> Any:
     """The saved state of object ``name``, every file checked against the manifest
-    (``hashed=False``: sizes only, for a caller that verifies the bytes apart)."""
+    (``hashed=False``: sizes only, for a caller that verifies the bytes apart;
+    ``verified``: a passed :class:`Verification` of the files, whose mappings are read)."""
     path = Path(path)
     manifest = manifest if manifest is not None else verify_checkpoint(path, deep=False)
     entry = manifest.objects.get(name)
@@ -189,11 +190,16 @@ def read_object(path: str | os.PathLike[str], name: str, manifest: Manifest | No
     tensors: dict[str, Any] = {}
     if entry.get("tensors"):
         tensors, _ = read_safetensors(path / entry["tensors"], manifest.files[entry["tensors"]],
-                                      hashed)
+                                      hashed, _take(verified, entry["tensors"]))
     if not entry.get("json"):
         return tensors
-    skeleton = read_json(path / entry["json"], manifest.files[entry["json"]], hashed)
+    skeleton = read_json(path / entry["json"], manifest.files[entry["json"]], hashed,
+                         _take(verified, entry["json"]))
     return unflatten_state(skeleton, tensors)
+
+
+def _take(verified: Verification | None, name: str) -> Any:
+    return verified.take(name) if verified is not None else None
 
 
 def files_to_verify(manifest: Manifest, rank: int) -> dict[str, FileRecord]:
@@ -242,8 +248,9 @@ def load_checkpoint(path: str | os.PathLike[str], objects: Mapping[str, Any] | N
     manifest = verify_checkpoint(path, deep=False, manifest=manifest)
     _check_layout(path, manifest)
     rank = Peers.current().rank
-    if verify == "full":
-        verification = Verification(path, files_to_verify(manifest, rank))
+    verified = None
+    if verify == "full":  # the objects are then read from the mappings that were checked
+        verification = verified = Verification(path, files_to_verify(manifest, rank))
         verification.wait()
     if prepare is not None:
         prepare(path)
@@ -255,13 +262,14 @@ def load_checkpoint(path: str | os.PathLike[str], objects: Mapping[str, Any] | N
             warnings.warn(f"{path} has no object {name!r}; it keeps its current state.",
                           stacklevel=2)
             continue
-        states[name] = read_object(path, name, manifest, hashed=False)
-    data = (read_object(path, DATA_NAME, manifest, hashed=False)
+        states[name] = read_object(path, name, manifest, hashed=False, verified=verified)
+    data = (read_object(path, DATA_NAME, manifest, hashed=False, verified=verified)
             if DATA_NAME in manifest.objects else None)
     rng_state = None
     if rng:
         if rng_name(rank) in manifest.objects:
-            rng_state = read_object(path, rng_name(rank), manifest, hashed=False)
+            rng_state = read_object(path, rng_name(rank), manifest, hashed=False,
+                                    verified=verified)
         else:
             warnings.warn(f"{path} holds no RNG state for rank {rank} (saved by "
                           f"{manifest.world_size} process(es), ranks {manifest.ranks}); this "
