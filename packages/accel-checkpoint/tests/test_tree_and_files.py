@@ -123,3 +123,19 @@ def test_chunked_digests_name_the_damaged_chunk(tmp_path):
     with pytest.raises(ValueError, match="xxh3_128"):
         FileRecord.from_json({**record.to_json(), "xxh3_128": record.to_json()["xxh3_128"][:3]})
     assert record_of(b"").chunks == ()
+
+
+def test_chunk_digests_of_pieces_larger_than_the_cache_piece_match_the_whole():
+    """chunk_digests feeds both hashes 64 KiB at a time: the digests must still be those of
+    the concatenated pieces, whatever their sizes and boundaries."""
+    import hashlib
+
+    import xxhash
+    from accel_checkpoint.hashing import _CACHE_PIECE, chunk_digests
+
+    data = bytes(range(256)) * ((3 * _CACHE_PIECE) // 256) + b"tail"
+    pieces = [data[:7], memoryview(data)[7:2 * _CACHE_PIECE + 13], data[2 * _CACHE_PIECE + 13:]]
+    sha, fast = chunk_digests(pieces)
+    assert sha == hashlib.sha256(data).digest()
+    assert fast == xxhash.xxh3_128(data).digest()
+    assert chunk_digests([]) == (hashlib.sha256().digest(), xxhash.xxh3_128().digest())

