@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every row of the hot-path table (docs/performance.md), each a same-run ratio against raw
 # PyTorch, plus Accelerate's column where the benchmark can import it (bench-only: added
-# with `uv run --with accelerate`, never a dependency of the project). ~13 minutes on the
+# with `uv run --with accelerate`, never a dependency of the project). ~16 minutes on the
 # 2-core CPU box; run it on an otherwise idle machine. Prints only the report lines.
 #   bash tools/bench/hot_paths.sh [--no-accelerate]
 set -uo pipefail
@@ -15,6 +15,13 @@ echo "== training step, 1 process, tiny MLP (w64, batch 8)"
 row python bench_step.py --width 64 --batch-size 8
 echo "== accumulate(4), 1 process, tiny MLP"
 row python bench_step.py --width 64 --batch-size 8 --accumulate 4
+echo "== instructions per step and per accumulate(4) micro-step (callgrind; needs valgrind)"
+if command -v valgrind >/dev/null; then
+    row python bench_step_instructions.py --accumulate 1
+    row python bench_step_instructions.py --accumulate 4
+else
+    echo "(valgrind is not installed: rows left out)"
+fi
 echo "== accumulate(4), 2 processes, MLP w1024 b64"
 row accel launch --cpu --num_processes 2 bench_step.py --accumulate 4 --width 1024 \
     --batch-size 64 --repeats 11
