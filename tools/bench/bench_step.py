@@ -1,8 +1,8 @@
 """Training-step overhead of ``Accelerator`` against the same raw PyTorch loop, same run.
 
 One sample = one epoch (data loading, forward, backward, optimizer step) of a small
-MLP. Raw and accel epochs alternate; the ratio of medians is reported. Target: at most
-1.02 (2% slower). One process:
+MLP. Raw and accel epochs alternate; the ratio of medians is reported. Targets: at most
+1.03 on one process, 1.01 on two (the DDP loop). One process:
 
     uv run python tools/bench/bench_step.py
 
@@ -84,7 +84,7 @@ def main() -> None:
             if name != "raw torch":
                 report(f"{kind} ({world} process{'es' if world > 1 else ''}, {device.type}, "
                        f"w{args.width} b{args.batch_size})", "raw torch", name,
-                       per_step, unit="ms", target=1.02,
+                       per_step, unit="ms", target=1.03 if world == 1 else 1.01,
                        extra={"processes": world, "batch_size": args.batch_size,
                               "steps": args.steps, "width": args.width,
                               "accumulate": args.accumulate})
