@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import time
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -38,6 +39,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=21)
     parser.add_argument("--accumulate", type=int, default=1, help="micro-steps per optimizer step")
     parser.add_argument("--width", type=int, default=256, help="hidden width of the MLP")
+    parser.add_argument("--aa", action="store_true",
+                        help="also time a second copy of the raw loop (A/A: how far two "
+                             "identical loops differ in this run)")
     parser.add_argument("--device", choices=["cpu", "auto"], default="cpu",
                         help="auto: the accelerator when present (tools/gpu_check.sh uses it)")
     args = parser.parse_args()
@@ -50,20 +54,25 @@ def main() -> None:
     n = args.steps * args.batch_size * world
     data = TensorDataset(torch.randn(n, 64), torch.randint(0, 10, (n,)))
 
-    raw_model = make_mlp(args.width).to(device)
-    raw_sampler = None
-    if world > 1:
-        raw_model = nn.parallel.DistributedDataParallel(
-            raw_model, device_ids=None if device.type == "cpu" else [device])
-        raw_sampler = DistributedSampler(data, shuffle=False)
-    raw_loader = DataLoader(data, batch_size=args.batch_size, sampler=raw_sampler)
-    raw_opt = torch.optim.SGD(raw_model.parameters(), lr=0.01)
+    def raw_loop() -> Any:
+        raw_model = make_mlp(args.width).to(device)
+        raw_sampler = None
+        if world > 1:
+            raw_model = nn.parallel.DistributedDataParallel(
+                raw_model, device_ids=None if device.type == "cpu" else [device])
+            raw_sampler = DistributedSampler(data, shuffle=False)
+        raw_loader = DataLoader(data, batch_size=args.batch_size, sampler=raw_sampler)
+        raw_opt = torch.optim.SGD(raw_model.parameters(), lr=0.01)
+        return raw_timer(raw_model, raw_opt, raw_loader, args.accumulate, device)
+
+    candidates = {"raw torch": raw_loop()}
+    if args.aa:  # the same raw loop on a second model: the noise floor of this run
+        candidates["raw torch (A/A)"] = raw_loop()
     model = make_mlp(args.width)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     model, opt, loader = accelerator.prepare(
         model, opt, DataLoader(data, batch_size=args.batch_size, shuffle=False))
-    candidates = {"raw torch": raw_timer(raw_model, raw_opt, raw_loader, args.accumulate, device),
-                  "accel": library_timer(accelerator, model, opt, loader, args.accumulate)}
+    candidates["accel"] = library_timer(accelerator, model, opt, loader, args.accumulate)
     # Accelerate's column, one process only (under accel launch it would need its own group)
     accelerate = import_accelerate() if world == 1 and args.device == "cpu" else None
     if accelerate is not None:

@@ -12,9 +12,9 @@ status=0
 row() { "${RUN[@]}" "$@" 2>&1 | grep -E "ratio|Error|error:" || status=1; }
 
 echo "== training step, 1 process, tiny MLP (w64, batch 8)"
-row python bench_step.py --width 64 --batch-size 8
+row python bench_step.py --width 64 --batch-size 8 --aa
 echo "== accumulate(4), 1 process, tiny MLP"
-row python bench_step.py --width 64 --batch-size 8 --accumulate 4
+row python bench_step.py --width 64 --batch-size 8 --accumulate 4 --aa
 echo "== instructions per step and per accumulate(4) micro-step (callgrind; needs valgrind)"
 if command -v valgrind >/dev/null; then
     row python bench_step_instructions.py --accumulate 1
@@ -23,7 +23,7 @@ else
     echo "(valgrind is not installed: rows left out)"
 fi
 echo "== accumulate(4), 2 processes, MLP w1024 b64"
-row accel launch --cpu --num_processes 2 bench_step.py --accumulate 4 --width 1024 \
+row accel launch --cpu --num_processes 2 bench_step.py --accumulate 4 --width 1024 --aa \
     --batch-size 64 --repeats 11
 echo "== save_model 1 GB in shards: disk (fsync), then tmpfs"
 row python bench_save_model.py --size-mb 1024
