@@ -7,11 +7,13 @@ binary, inputs and environment whatever else the machine is doing. This runs the
 with instrumentation off until a warm-up epoch is over, switches it on
 (``callgrind_control``), and counts one epoch of ``--steps`` batches on the main thread.
 
-What a loop executes also depends on where its data lands in memory (the alignment of the
-tensors decides some of the kernels' code paths), and that moves with the size of the
-environment: a different virtualenv path alone has moved a loop's count by up to 1.5%. So
-each loop runs in ``--layouts`` processes whose environments differ by a padding variable,
-and the report compares the medians (the JSON line gives every count).
+A loop's count also moves with the process's memory layout, which shifts with the size of
+its environment: three padded environments moved it by up to 0.3% here, and another
+virtualenv (``uv run --with accelerate``) by 1.5%. So each loop runs in ``--layouts``
+processes whose environments differ by a padding variable, the report compares the medians
+(the JSON line gives every count), and only counts from one run are comparable. The count
+per step is the epoch's count over ``--steps``: the epoch's start and the polling before it
+are well under 0.1% of it.
 
 Instructions are not time: code that runs between PyTorch kernels finds its data and code
 evicted from the caches, so an added instruction costs more than the average one (see
@@ -72,7 +74,7 @@ def child(kind: str, steps: int, accumulate: int, width: int, batch_size: int,
 
 def count(kind: str, layout: int, args: argparse.Namespace, workdir: Path) -> int:
     """Instructions the main thread executes from the end of the warm-up to the exit, in an
-    environment padded by ``layout`` KiB."""
+    environment padded by ``layout`` x 1088 bytes."""
     tag = f"{kind.split()[0]}-{layout}"
     go, out = workdir / f"{tag}.go", workdir / f"{tag}.out"
     command = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--separate-threads=yes",
@@ -130,6 +132,7 @@ def main() -> None:
            "raw torch", "accel", per_step, unit="instructions", target=1.03,
            extra={"steps": args.steps,
                   "per_layout": {k: [round(v) for v in vs] for k, vs in per_step.items()}})
+
 
 if __name__ == "__main__":
     main()
