@@ -264,3 +264,27 @@ def test_hashing_a_mapping_survives_a_kernel_without_populate_read(tmp_path, mon
     file.write_bytes(bytes(broken))
     with pytest.raises(CorruptCheckpointError, match="chunk 1"):
         hashing.check_bytes(file, hashing.map_file(file), record)
+
+
+def _mapped_files() -> str:
+    import gc
+
+    gc.collect()
+    return Path("/proc/self/maps").read_text()
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads Linux's /proc")
+@pytest.mark.parametrize("verify", ["full", "background"])
+def test_a_loaded_checkpoint_keeps_no_mapping_of_files_it_did_not_read(tmp_path, verify):
+    """Files that were checked but not read (a prepare_dir's) are unmapped once loading is
+    over, though the result is kept: an open mapping would pin the file's disk space after
+    rotation deletes the checkpoint."""
+    model = nn.Linear(4, 4)
+    path = tmp_path / "ckpt"
+    save_checkpoint(path, {"model": model}, rng=False,
+                    prepare_dir=lambda staging: (staging / "extra.bin").write_bytes(b"x" * 9000))
+    loaded = load_checkpoint(path, {"model": nn.Linear(4, 4)}, rng=False, verify=verify)
+    if loaded.verification is not None:
+        loaded.verification.wait()
+    assert str(path / "extra.bin") not in _mapped_files()
+    assert str(path / "model.safetensors") not in _mapped_files()  # copied into the model

@@ -223,16 +223,18 @@ class Verification:
     :meth:`wait` raises ``CorruptCheckpointError`` naming the first bad file (in name
     order), the same error on every later call. Each file is hashed through its own
     copy-on-write mapping, so tensors loaded from other mappings of the checkpoint may
-    already be in use while this runs. Once :meth:`wait` has passed, :meth:`take` hands a
-    file's mapping to its reader: the very bytes that were checked, their pages already
-    mapped. ``fast``: xxh3-128 where the records have it (loading), else sha256
-    (``accel checkpoint verify``).
+    already be in use while this runs. ``keep=True``: once :meth:`wait` has passed,
+    :meth:`take` hands a file's mapping to its reader (the very bytes that were checked,
+    their pages already mapped) and :meth:`release` drops those not taken; otherwise a
+    mapping lives only until its chunks are hashed (an open mapping pins the file's disk
+    space after rotation deletes it). ``fast``: xxh3-128 where the records have it
+    (loading), else sha256 (``accel checkpoint verify``).
     """
 
     def __init__(self, path: str | os.PathLike[str], files: dict[str, FileRecord],
-                 fast: bool = True) -> None:
+                 fast: bool = True, keep: bool = False) -> None:
         self.path = Path(path)
-        self._mappings: dict[str, Any] = {}
+        self._mappings: dict[str, Any] = {}  # kept for take() (keep=True only)
         self._jobs: list[tuple[Path, FileRecord, list[Future[bytes]]]] = []
         self._error: BaseException | None = None
         self._checked = False
@@ -248,7 +250,8 @@ class Verification:
                 self._error = _corrupt(file, f"size is {len(data)} bytes but the manifest "
                                        f"says {record.size}: the file is truncated or changed")
                 break
-            self._mappings[name] = data
+            if keep:
+                self._mappings[name] = data
             self._jobs.append((file, record, _submit_chunks(data, record, fast)))
 
     def done(self) -> bool:
@@ -265,6 +268,7 @@ class Verification:
                         _check_chunks(file, futures, record, self._fast)
             except BaseException as exc:
                 self._error = exc
+                self._mappings.clear()
             finally:
                 for _, _, futures in self._jobs:
                     for future in futures:
@@ -276,9 +280,13 @@ class Verification:
     def take(self, name: str) -> Any:
         """The verified mapping of file ``name`` (its bytes), handed over once: the caller
         owns it from then on. Waits for the check first; None when the file was not part of
-        it."""
+        it (or ``keep`` was False)."""
         self.wait()
         return self._mappings.pop(name, None)
+
+    def release(self) -> None:
+        """Drop the mappings nobody took (files checked but not read)."""
+        self._mappings.clear()
 
 
 def hash_file(path: str | os.PathLike[str], chunk_size: int = HASH_CHUNK) -> FileRecord:

@@ -250,7 +250,8 @@ def load_checkpoint(path: str | os.PathLike[str], objects: Mapping[str, Any] | N
     rank = Peers.current().rank
     verified = None
     if verify == "full":  # the objects are then read from the mappings that were checked
-        verification = verified = Verification(path, files_to_verify(manifest, rank))
+        verification = verified = Verification(path, files_to_verify(manifest, rank),
+                                               keep=True)
         verification.wait()
     if prepare is not None:
         prepare(path)
@@ -274,6 +275,8 @@ def load_checkpoint(path: str | os.PathLike[str], objects: Mapping[str, Any] | N
             warnings.warn(f"{path} holds no RNG state for rank {rank} (saved by "
                           f"{manifest.world_size} process(es), ranks {manifest.ranks}); this "
                           "rank's random draws will differ from the original run.", stacklevel=2)
+    if verified is not None:
+        verified.release()  # files checked but not read (a prepare_dir's, say)
     # Everything was read (and, in full mode, verified): only now change the caller's objects.
     for name, state in states.items():
         objects[name].load_state_dict(state)
