@@ -35,6 +35,17 @@ def test_borg_shares_state_and_reset_forgets_it():
     assert not hasattr(PartialState(cpu=True), "custom")
 
 
+def test_singletons_keep_their_attributes_in_a_plain_dict():
+    """As in Accelerate (off XLA), ``SharedDict`` is ``dict`` itself: the borg singletons'
+    shared ``__dict__`` is an exact dict, the only kind whose attribute reads CPython
+    specialises (GradientState is read on every micro-step)."""
+    from accel_state import SharedDict
+
+    assert SharedDict is dict
+    assert type(PartialState(cpu=True).__dict__) is dict
+    assert type(GradientState().__dict__) is dict
+
+
 def test_use_cpu_env_alias_forces_cpu(monkeypatch):
     monkeypatch.setenv("ACCELERATE_USE_CPU", "true")
     assert PartialState().device.type == "cpu"

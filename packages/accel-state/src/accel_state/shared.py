@@ -9,8 +9,10 @@ from typing import Any
 __all__ = ["SharedDict", "ThreadLocalSharedDict"]
 
 
-class SharedDict(dict):
-    """Storage of a borg singleton's attributes (a plain dict, shared by every instance)."""
+#: Storage of a borg singleton's attributes, shared by every instance: the plain ``dict``
+#: (as in Accelerate off XLA). Not a subclass: CPython specialises attribute reads and
+#: writes only on an exact dict, and ``GradientState``'s are read on every micro-step.
+SharedDict = dict
 
 
 class ThreadLocalSharedDict(threading.local):
