@@ -69,6 +69,19 @@ def test_end_of_dataloader_only_on_the_last_batch(n, batches):
     assert [loader.end_of_dataloader for _ in loader] == flags  # reset on every pass
 
 
+def test_loader_exposes_the_gradient_state_it_reports_to():
+    """Accelerate's ``DataLoaderShard.gradient_state``: the process-wide GradientState, in
+    which the loader is the active one while it is iterated."""
+    from accel_state import GradientState
+
+    loader = _shard_loader(n=6)
+    assert loader.gradient_state is not None
+    assert loader.gradient_state.__dict__ is GradientState().__dict__
+    for _ in loader:
+        assert loader.gradient_state.active_dataloader is loader
+    assert loader.gradient_state.active_dataloader is not loader
+
+
 def test_empty_loader_yields_nothing():
     loader = DataLoaderShard(_dataset(0), batch_size=2)
     assert list(loader) == [] and loader.end_of_dataloader is False

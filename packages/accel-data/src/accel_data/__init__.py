@@ -17,7 +17,7 @@ from accel_data.samplers import SeedableRandomSampler, SkipBatchSampler, get_sam
 from accel_data.sharding import BatchSamplerShard, IterableDatasetShard
 from accel_data.skip import SkipDataLoader, skip_first_batches
 
-__version__ = "0.1.5"
+__version__ = "0.1.6"
 
 __all__ = [
     "BatchSamplerShard",

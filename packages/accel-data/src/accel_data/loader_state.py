@@ -40,6 +40,12 @@ class DataLoaderStateMixin:
     # abandoned (``break`` on the last batch) or never resumed. Identifies that pass.
     _pending_finish: object | None = None
 
+    @property
+    def gradient_state(self) -> GradientState:
+        """The process-wide ``GradientState`` this loader reports to (Accelerate's
+        ``DataLoaderShard.gradient_state``)."""
+        return GradientState()
+
     def reset(self) -> None:
         """Forget the previous pass."""
         self.end_of_dataloader = False
