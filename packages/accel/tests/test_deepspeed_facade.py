@@ -46,6 +46,25 @@ def test_plugin_accumulation_becomes_the_accelerators():
 
 
 @needs_deepspeed
+@pytest.mark.parametrize(("kwargs", "expected"), [
+    ({"mixed_precision": "bf16", "deepspeed_plugin": {"zero_stage": 2}}, "bf16"),
+    ({"deepspeed_plugin": DeepSpeedPlugin(hf_ds_config={"bf16": {"enabled": True}})}, "bf16"),
+    ({"deepspeed_plugin": {"zero_stage": 2}}, "no"),
+])
+def test_state_says_what_the_engine_runs(kwargs, expected):
+    """Accelerate reads the DeepSpeed config: a JSON enabling bf16 is a bf16 run whatever
+    mixed_precision= said; no autocast runs around an engine (native_amp False)."""
+    import torch
+
+    accelerator = Accelerator(cpu=True, **kwargs)
+    assert accelerator.mixed_precision == expected
+    assert accelerator.state.mixed_precision == expected
+    assert accelerator.native_amp is False
+    with accelerator.autocast():
+        assert not torch.is_autocast_enabled("cpu")
+
+
+@needs_deepspeed
 def test_mixed_precision_conflict_names_both():
     with pytest.raises(ConfigurationError, match=r"bf16.enabled=False.*'bf16'"):
         Accelerator(cpu=True, mixed_precision="bf16",

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
-TRAIN = ("ZERO-STAGES", "ACCUMULATION", "OFFLOAD", "AUTO-CONFIG", "ZERO3-INIT", "SAVE")
+TRAIN = ("ZERO-STAGES", "ACCUMULATION", "OFFLOAD", "AUTO-CONFIG", "SEED-WORKFLOW", "ZERO3-INIT",
+         "SAVE")
 RESUME = ("RESUME", "CORRUPT")
 
 

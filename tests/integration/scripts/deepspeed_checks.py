@@ -3,7 +3,8 @@
 ``train OUT``: ZeRO-1/2/3 in fp32 and bf16 against DDP (same seeded model and data; the
 gathered bf16 state dict stays bf16); the plain-dict spelling with accumulation 4 against
 DDP with accumulation 4 (one engine and scheduler step per 4 batches, ``no_sync`` a no-op);
-a JSON with "auto" values (resolved config asserted, DummyOptim/DummyScheduler); ZeRO-2
+a JSON with "auto" values (resolved config asserted, DummyOptim/DummyScheduler); the
+getting-started loop as written (float batches into a bf16 engine, dict and JSON); ZeRO-2
 with optimizer offload; ZeRO-3 with ``zero3_init_flag`` (through
 ``accelerator.state.deepspeed_plugin``), ``get_state_dict``, ``save_model``, a checkpoint
 round trip and rotation (``total_limit``); then the first half of save -> kill -> resume:
@@ -21,6 +22,7 @@ Each check prints ``<NAME>-OK rank=<r>``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -223,6 +225,76 @@ def check_auto_config(rank: int) -> None:
     print(f"AUTO-CONFIG-OK rank={rank}", flush=True)
 
 
+def seed_loop(accelerator: Accelerator) -> tuple[list[float], nn.Module]:
+    """Getting-started's loop as a user writes it for DDP: a Linear model, float32 batches,
+    no cast anywhere; the losses of each epoch's last batch."""
+    model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 1))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    loader = DataLoader(data(), batch_size=BATCH, shuffle=True)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    losses = []
+    for _ in range(4):
+        for x, y in loader:
+            with accelerator.accumulate(model):
+                loss = nn.functional.mse_loss(model(x), y)
+                accelerator.backward(loss)
+                optimizer.step()
+                optimizer.zero_grad()
+        losses.append(accelerator.reduce(loss.detach().float(), reduction="mean").item())
+    return losses, model
+
+
+def same_on_every_rank(model: nn.Module, what: str) -> None:
+    for name, param in model.module.named_parameters():  # ZeRO-2: every rank holds them all
+        first = param.detach().float().clone()
+        torch.distributed.broadcast(first, src=0)
+        assert torch.equal(first, param.detach().float()), f"{what}: {name} differs across ranks"
+
+
+def check_seed_workflow(rank: int, out: Path) -> None:
+    """"ZeRO-2 with a plain dict", as written: bf16 from mixed_precision=, float inputs cast
+    for the engine (integer ones left alone), the state telling the truth; then the same
+    through a DeepSpeed JSON with bf16 enabled, as `accel launch --config_file ds.json` hands
+    it to a plain Accelerator()."""
+    torch.manual_seed(0)
+    accelerator = Accelerator(mixed_precision="bf16", deepspeed_plugin={
+        "zero_stage": 2, "offload_optimizer": False, "gradient_accumulation_steps": 4})
+    assert (accelerator.mixed_precision, accelerator.state.mixed_precision) == ("bf16", "bf16")
+    assert accelerator.native_amp is False  # the engine holds bf16 weights; no autocast
+    losses, model = seed_loop(accelerator)
+    assert accelerator.mixed_precision == "bf16" and model.bfloat16_enabled()
+    assert losses[-1] < losses[0], losses
+    same_on_every_rank(model, "plain dict")
+    with accelerator.autocast():  # a no-op under DeepSpeed, as in Accelerate
+        assert not torch.is_autocast_enabled("cpu")
+    ids = torch.tensor([[1, 2, 3]])
+    seen = []
+    model.module.register_forward_pre_hook(lambda m, args: seen.append(args[0].dtype))
+    with contextlib.suppress(RuntimeError):  # an int batch into Linear: only the dtype matters
+        model(ids)
+    assert seen[-1] == torch.int64, seen
+    json_path = out / "ds_bf16.json"
+    if rank == 0:
+        json_path.write_text(json.dumps({
+            "bf16": {"enabled": True}, "zero_optimization": {"stage": 2},
+            "gradient_accumulation_steps": 1, "train_micro_batch_size_per_gpu": "auto",
+            "train_batch_size": "auto", "gradient_clipping": 1.0}))
+    torch.distributed.barrier()
+    os.environ.update(ACCELERATE_USE_DEEPSPEED="true",
+                      ACCELERATE_DEEPSPEED_CONFIG_FILE=str(json_path))
+    try:
+        accelerator = Accelerator()
+        assert (accelerator.mixed_precision, accelerator.state.mixed_precision) == ("bf16",
+                                                                                    "bf16")
+        losses, model = seed_loop(accelerator)
+    finally:
+        for key in ("ACCELERATE_USE_DEEPSPEED", "ACCELERATE_DEEPSPEED_CONFIG_FILE"):
+            os.environ.pop(key)
+    assert model.bfloat16_enabled() and losses[-1] < losses[0], losses
+    same_on_every_rank(model, "JSON")
+    print(f"SEED-WORKFLOW-OK rank={rank}", flush=True)
+
+
 def check_zero3_init(rank: int, out: Path) -> None:
     plugin = DeepSpeedPlugin(zero_stage=3, zero3_init_flag=True)
     project = ProjectConfiguration(str(out / "zero3"), automatic_checkpoint_naming=True,
@@ -354,6 +426,7 @@ def main() -> None:
         check_accumulation(rank)
         check_offload(rank, reference)
         check_auto_config(rank)
+        check_seed_workflow(rank, out)
         check_zero3_init(rank, out)
         check_save(rank, out)
         sys.stdout.flush()

@@ -16,7 +16,7 @@ import contextlib
 from typing import TYPE_CHECKING, Any
 
 import torch
-from accel_state import ConfigurationError, DistributedType, GradientState
+from accel_state import ConfigurationError, DistributedType, GradientState, recursively_apply
 
 from accel_parallel.deepspeed_config import fill_auto, hidden_size_of
 from accel_parallel.deepspeed_dummies import DummyOptim, DummyScheduler, EngineScheduler
@@ -87,6 +87,21 @@ class DeepSpeedStrategy(Strategy):
     @property
     def distributed_type(self) -> DistributedType:
         return DistributedType.DEEPSPEED
+
+    @property
+    def mixed_precision(self) -> str:
+        """What the engines run in: the selected plugin's ``bf16`` / ``fp16`` ``enabled``
+        (a JSON that enables bf16 by itself trains in bf16 whatever ``mixed_precision=``
+        said), as Accelerate's ``AcceleratorState.mixed_precision`` reads it."""
+        return _config_precision(self.plugin.deepspeed_config)
+
+    @property
+    def native_amp(self) -> bool:
+        return False  # the engine keeps the model in its 16-bit dtype; no autocast runs
+
+    def forward_context(self, autocast_handler: Any = None
+                        ) -> contextlib.AbstractContextManager[Any]:
+        return NO_CONTEXT  # as native_amp: accelerator.autocast() is a no-op under DeepSpeed
 
     @property
     def plugin(self) -> DeepSpeedPlugin:
@@ -207,6 +222,7 @@ class DeepSpeedStrategy(Strategy):
         if sched_arg is not None:
             kwargs["lr_scheduler"] = sched_arg
         engine, ds_optimizer, _, ds_scheduler = deepspeed.initialize(**kwargs)
+        _cast_floating_inputs(engine, filled)
         self.engines[name] = engine
         self.configs[name] = filled
         # given an optimizer (ds_optimizer is no sign: ZeRO-3 returns its offload manager)
@@ -310,6 +326,36 @@ class DeepSpeedStrategy(Strategy):
 
             return DeepSpeedWriter(self)
         return super().checkpoint_format(models)
+
+
+def _config_precision(config: dict[str, Any]) -> str:
+    for name in ("fp16", "bf16"):
+        if (config.get(name) or {}).get("enabled") is True:
+            return name
+    return "no"
+
+
+def _cast_floating_inputs(engine: torch.nn.Module, config: dict[str, Any]) -> None:
+    """Make the user's float batches reach a bf16/fp16 engine: every floating-point tensor
+    among the forward's arguments (nested in lists, tuples, dicts) is cast to the engine's
+    dtype; integer tensors (token ids, labels) and other values pass unchanged. DeepSpeed
+    does this for fp16 only, with ``"fp16": {"auto_cast": true}``; without it a float32
+    batch meets bf16 weights and the first matmul fails. Outputs stay in the engine's dtype,
+    as under Accelerate. Nothing is registered for an fp32 engine or under DeepSpeed's own
+    ``torch_autocast`` (which keeps fp32 weights)."""
+    precision = _config_precision(config)
+    if precision == "no" or (config.get("torch_autocast") or {}).get("enabled"):
+        return
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+
+    def cast(tensor: torch.Tensor) -> torch.Tensor:
+        return tensor.to(dtype) if tensor.is_floating_point() else tensor
+
+    def hook(module: Any, args: tuple[Any, ...],
+             kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        return recursively_apply(cast, args), recursively_apply(cast, kwargs)
+
+    engine.register_forward_pre_hook(hook, with_kwargs=True)
 
 
 def _cpu_optimizer_for_offload(optimizer: Any, config: dict[str, Any]) -> Any:

@@ -217,6 +217,23 @@ class Strategy:
         """The loss scaler in use (the precision's by default), else None."""
         return self.precision.scaler
 
+    # -- what runs: the precision, as this strategy applies it ----------------------------------
+    @property
+    def mixed_precision(self) -> str:
+        """The precision prepared models compute in (Accelerate's ``mixed_precision``): the
+        resolved precision's name, unless the backend's own config decides it."""
+        return self.precision.name
+
+    @property
+    def native_amp(self) -> bool:
+        """Whether prepared models run forward under ``torch.autocast``."""
+        return self.precision.native_amp
+
+    def forward_context(self, autocast_handler: Any = None
+                        ) -> contextlib.AbstractContextManager[Any]:
+        """The context of ``accelerator.autocast()``: the precision's autocast by default."""
+        return self.precision.forward_context(autocast_handler)
+
     def unscale_gradients(self, optimizer: torch.optim.Optimizer) -> None:
         """Bring ``optimizer``'s gradients to their true scale (before clipping)."""
         self.precision.unscale_(optimizer)

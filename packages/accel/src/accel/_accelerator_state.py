@@ -69,14 +69,14 @@ class AcceleratorState:
                    device_mesh=None)
 
     @classmethod
-    def _for_accelerator(cls, precision: Any, strategy: Any,
-                         plugins: Mapping[str, Any]) -> AcceleratorState:
-        """Refresh the shared state from an Accelerator's resolved precision, strategy and
-        plugins (by kind, as ``accel._resolve.resolve_plugins`` returns them)."""
+    def _for_accelerator(cls, strategy: Any, plugins: Mapping[str, Any]) -> AcceleratorState:
+        """Refresh the shared state from an Accelerator's resolved strategy (and the precision
+        it runs) and plugins (by kind, as ``accel._resolve.resolve_plugins`` returns them)."""
         cls._shared_state.clear()
         self = cls.__new__(cls)
         self.__dict__ = cls._shared_state
-        self._fill(mixed_precision=precision.name, distributed_type=strategy.distributed_type,
+        self._fill(mixed_precision=strategy.mixed_precision,
+                   distributed_type=strategy.distributed_type,
                    dynamo_plugin=plugins.get("dynamo"),
                    deepspeed_plugin=plugins.get("deepspeed"), fsdp_plugin=plugins.get("fsdp"),
                    torch_tp_plugin=plugins.get("tp"),

@@ -47,13 +47,16 @@ class PrecisionMixin:
 
     @property
     def mixed_precision(self) -> str:
-        """``"no"``, ``"fp16"``, ``"bf16"``, ``"fp8"`` (or a registered third-party name)."""
-        return self._precision.name
+        """``"no"``, ``"fp16"``, ``"bf16"``, ``"fp8"`` (or a registered third-party name): what
+        prepared models compute in, as the strategy applies it (under DeepSpeed, its config's
+        ``bf16`` / ``fp16``)."""
+        return self._strategy.mixed_precision
 
     @property
     def native_amp(self) -> bool:
-        """Whether prepared models run forward under ``torch.autocast``."""
-        return self._precision.native_amp
+        """Whether prepared models run forward under ``torch.autocast`` (never under
+        DeepSpeed, whose engine holds the model in its 16-bit dtype)."""
+        return self._strategy.native_amp
 
     @property
     def scaler(self) -> torch.amp.GradScaler | None:
@@ -77,7 +80,7 @@ class PrecisionMixin:
 
         ``autocast_handler`` overrides the Accelerator's ``AutocastKwargs`` for this block.
         """
-        with self._precision.forward_context(autocast_handler):
+        with self._strategy.forward_context(autocast_handler):
             yield
 
     def unscale_gradients(self, optimizer: Any = None) -> None:

@@ -115,7 +115,7 @@ class Accelerator(ProcessMixin, PrecisionMixin, DataMixin, _ckpt.CheckpointingMi
                                   torch_tp_plugin=torch_tp_plugin)
         self._strategy = resolve_strategy(self.state, self._precision, self._handlers, plugins)
         # the shared view Accelerate's libraries read (accelerate.state.AcceleratorState)
-        self.state = AcceleratorState._for_accelerator(self._precision, self._strategy, plugins)
+        self.state = AcceleratorState._for_accelerator(self._strategy, plugins)
         self._models: list[torch.nn.Module] = []
         self._optimizers: list[AcceleratedOptimizer] = []
         self._schedulers: list[AcceleratedScheduler] = []
