@@ -46,12 +46,11 @@ def main() -> None:
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
     accelerator.print("resolved DeepSpeed config:", accelerator.strategy.configs["default"])
 
-    dtype = next(model.parameters()).dtype  # bf16: DeepSpeed keeps the model in bf16
     for epoch in range(args.epochs):
         for xb, yb in loader:
             with accelerator.accumulate(model):
-                loss = nn.functional.binary_cross_entropy_with_logits(
-                    model(xb.to(dtype)).float(), yb)
+                # float32 batches as with DDP: accel casts them for the bf16 engine
+                loss = nn.functional.binary_cross_entropy_with_logits(model(xb), yb)
                 accelerator.backward(loss)
                 accelerator.clip_grad_norm_(model.parameters(), 1.0)  # = gradient_clipping
                 optimizer.step()

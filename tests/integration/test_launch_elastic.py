@@ -105,15 +105,18 @@ def test_two_machines_on_loopback(tmp_path: Path, backend: str) -> None:
     assert [r["local"] for r in records] == [0, 0]
 
 
-def test_accel_test_passes_on_cpu(tmp_path: Path, explain) -> None:
+def test_accel_test_passes_on_cpu_in_bf16(tmp_path: Path, explain) -> None:
+    """2 real processes under a bf16 config (each other config `accel config` writes runs in
+    test_selftest_configs.py): bf16 results are held to bf16's tolerance, not fp32's."""
     config = tmp_path / "cpu.yaml"
     config.write_text("compute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_CPU\n"
-                      "num_processes: 2\nuse_cpu: true\nmixed_precision: 'no'\n")
+                      "num_processes: 2\nuse_cpu: true\nmixed_precision: bf16\n")
     env = _clean_env()
     proc = subprocess.run([sys.executable, "-m", "accel_launch", "test", "--config_file",
                            str(config)], cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=180)
     assert proc.returncode == 0, explain(proc)
     assert "state: 2 process(es), MULTI_CPU" in proc.stdout
+    assert "mixed precision bf16" in proc.stdout and "(bf16, atol" in proc.stdout
     assert "Test is a success!" in proc.stdout
     assert "the end-to-end test passed" in proc.stdout
