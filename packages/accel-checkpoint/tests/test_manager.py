@@ -86,7 +86,8 @@ def test_layout_is_manifest_safetensors_and_json_without_pickles(tmp_path):
                      "optimizer.safetensors", "random_states_0.json",
                      "random_states_0.safetensors"]
     manifest = json.loads((path / "manifest.json").read_text())
-    assert manifest["format_version"] == 2 and manifest["step"] == 7
+    assert manifest["format_version"] == 3 and manifest["step"] == 7
+    assert len(manifest["manifest_sha256"]) == 64
     assert manifest["world_size"] == 1 and "torch" in manifest["libraries"]
     assert set(manifest["files"]) == set(names) - {"manifest.json"}
     assert all(len(f["sha256"]) == 64 and f["size"] > 0 for f in manifest["files"].values())
@@ -101,6 +102,7 @@ def test_format_1_checkpoints_with_whole_file_sha256_still_load_and_verify(tmp_p
     path = save_checkpoint(tmp_path / "ckpt", {"model": model}, step=3)
     manifest = json.loads((path / "manifest.json").read_text())
     manifest["format_version"] = 1
+    del manifest["manifest_sha256"]  # written before manifests carried their own digest
     manifest["files"] = {name: {"size": rec["size"],
                                 "sha256": hashlib.sha256((path / name).read_bytes()).hexdigest()}
                          for name, rec in manifest["files"].items()}

@@ -9,6 +9,11 @@ arrays). Every torch file is read with ``torch.load(weights_only=True)``; numpy'
 is allowed by naming exactly the numpy classes it needs — never a full unpickler, so a
 hostile file is refused rather than run. Without a manifest there is nothing to verify the
 bytes against: the reader says so, and a damaged file is reported by its format check.
+
+A folder counts as Accelerate's by what Accelerate writes (:mod:`accel_checkpoint.recognise`):
+one holding accel's own files, a save's staging folder or a parked copy never does. Every
+file read must lie inside the folder (:func:`accel_checkpoint.containment.inside`: a
+symbolic link out of it is refused).
 """
 
 from __future__ import annotations
@@ -21,6 +26,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from accel_checkpoint.containment import inside
+from accel_checkpoint.recognise import accel_files, accelerate_files, is_save_leftover
 
 __all__ = ["AccelerateCheckpoint", "is_accelerate_checkpoint", "read_accelerate_checkpoint",
            "restore_accelerate_rng"]
@@ -50,13 +58,13 @@ class AccelerateCheckpoint:
 
 
 def is_accelerate_checkpoint(path: str | Path) -> bool:
-    """Whether ``path`` is a folder written by Accelerate's ``save_state`` (model weights or
-    an optimizer in Accelerate's names, and no accel manifest)."""
+    """Whether ``path`` is a folder written by Accelerate's ``save_state``: it holds files
+    only Accelerate writes (``optimizer.bin``, ``random_states_0.pkl``, ...) and none of
+    accel's own (nor a manifest), and is no save's staging folder nor a parked copy."""
     path = Path(path)
-    if not path.is_dir() or (path / "manifest.json").exists():
+    if not path.is_dir() or is_save_leftover(path) or accel_files(path):
         return False
-    names = {p.name for p in path.iterdir()}
-    return any(_MODEL.fullmatch(n) or _NUMBERED["optimizer"].fullmatch(n) for n in names)
+    return bool(accelerate_files(path))
 
 
 def _indexed(path: Path, pattern: re.Pattern[str]) -> list[Path]:
@@ -93,6 +101,7 @@ def _numpy_allowed() -> Iterator[None]:
 def _load(file: Path) -> Any:
     from accel_checkpoint.errors import CorruptCheckpointError
 
+    inside(file.parent, file.name, file.parent)
     try:
         return torch.load(file, map_location="cpu", weights_only=True)
     except Exception as exc:
@@ -104,6 +113,7 @@ def _load(file: Path) -> Any:
 
 def _model(file: Path) -> dict[str, torch.Tensor]:
     if file.suffix == ".safetensors":
+        inside(file.parent, file.name, file.parent)
         from safetensors.torch import load_file
 
         return load_file(file)

@@ -11,7 +11,13 @@ from __future__ import annotations
 #: Name and version of the manifest format written by this package.
 MANIFEST_NAME = "manifest.json"
 FORMAT_NAME = "accel-checkpoint"
-FORMAT_VERSION = 2  # 2: per-chunk sha256 (HASH_CHUNK); 1 (whole-file sha256) still read
+#: 3: the manifest carries its own digest (``manifest_sha256``); 2: per-chunk digests
+#: (HASH_CHUNK); 1: whole-file sha256. Formats 1 and 2 (no self-digest) are still read.
+FORMAT_VERSION = 3
+#: The first format whose manifests must carry their own digest.
+SEALED_FORMAT_VERSION = 3
+#: Key of the manifest's own digest: sha256 of its canonical JSON without this key.
+MANIFEST_DIGEST_KEY = "manifest_sha256"
 #: Infix of the temporary sibling directory a save writes into before the atomic rename.
 TMP_INFIX = ".tmp-"
 #: Infix of the directory an overwritten checkpoint is parked in during the swap.

@@ -5,10 +5,19 @@ readable manifest is a partial checkpoint. The manifest lists every file with it
 digests (:mod:`accel_checkpoint.hashing`); verification checks presence and size always
 (cheap) and every byte when ``deep``. Standard library (and xxhash) only, so the
 ``accel checkpoint`` verbs and other tools can inspect checkpoints without torch.
+
+The manifest protects itself (format 3): ``manifest_sha256`` is the sha256 of its
+canonical JSON (every other key, sorted, no whitespace), checked before anything in it is
+believed, so any change to what it says is refused as "manifest.json is corrupt". A
+change that leaves the parsed content identical (whitespace between tokens) changes
+nothing a reader believes and is accepted. Manifests of formats 1 and 2 (written before
+the self-digest) carry none and are read as they are; a format-3 manifest without its
+digest, or an older one with a digest key, is refused.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -22,21 +31,54 @@ from typing import Any
 from accel_checkpoint.constants import (
     FORMAT_NAME,
     FORMAT_VERSION,
+    MANIFEST_DIGEST_KEY,
     MANIFEST_NAME,
     OLD_INFIX,
+    SEALED_FORMAT_VERSION,
     TMP_INFIX,
 )
+from accel_checkpoint.containment import check_names, inside
+from accel_checkpoint.recognise import accel_files
 from accel_checkpoint.hashing import HASH_CHUNK, FileRecord, Verification, fsync_dir, hash_file
 
 __all__ = ["FileRecord", "Manifest", "CheckpointInfo", "hash_file", "fsync_dir",
            "library_versions", "read_manifest", "verify_checkpoint", "list_checkpoints",
-           "latest_checkpoint", "is_staging_dir", "HASH_CHUNK"]
+           "latest_checkpoint", "is_staging_dir", "HASH_CHUNK", "manifest_digest"]
 
 
 def _corrupt(path: object, problem: str) -> Exception:
     from accel_checkpoint.errors import CorruptCheckpointError  # imports accel_state (torch)
 
     return CorruptCheckpointError(path, problem)
+
+
+def _bad_manifest(where: object, problem: str) -> Exception:
+    return _corrupt(where, f"{MANIFEST_NAME} is corrupt: {problem}. Do not trust this "
+                    "checkpoint; load an earlier one")
+
+
+def manifest_digest(content: dict[str, Any]) -> str:
+    """sha256 (hex) of the canonical JSON of ``content`` without its own digest key:
+    keys sorted, no whitespace, ASCII only, so only what the manifest says is hashed."""
+    body = {k: v for k, v in content.items() if k != MANIFEST_DIGEST_KEY}
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _check_seal(data: dict[str, Any], where: Path) -> None:
+    """Refuse a manifest whose content does not match its own digest, a format-3 one
+    without a digest, and an older one that has a digest key (a changed version)."""
+    version = data.get("format_version")
+    if MANIFEST_DIGEST_KEY not in data:
+        if not isinstance(version, int) or isinstance(version, bool) or version >= \
+                SEALED_FORMAT_VERSION:
+            raise _bad_manifest(where, f"it has no {MANIFEST_DIGEST_KEY} (its own digest), "
+                                f"which every format-{SEALED_FORMAT_VERSION} manifest has")
+        return  # format 1 or 2: written before manifests carried their digest
+    recorded = data[MANIFEST_DIGEST_KEY]
+    if recorded != manifest_digest(data):
+        raise _bad_manifest(where, f"its content does not match its own digest "
+                            f"({MANIFEST_DIGEST_KEY}): it was changed after it was written")
 
 
 @dataclass
@@ -64,31 +106,54 @@ class Manifest:
     format_version: int = FORMAT_VERSION
 
     def to_json(self) -> dict[str, Any]:
-        return {"format": FORMAT_NAME, "format_version": self.format_version,
-                "step": self.step, "world_size": self.world_size, "ranks": self.ranks,
-                "layout": self.layout, "created_unix": self.created_unix,
-                "libraries": self.libraries, "metadata": self.metadata,
-                "objects": self.objects,
-                "files": {name: rec.to_json() for name, rec in sorted(self.files.items())}}
+        """The manifest as written (always the current format), with its own digest."""
+        content = {"format": FORMAT_NAME, "format_version": FORMAT_VERSION,
+                   "step": self.step, "world_size": self.world_size, "ranks": self.ranks,
+                   "layout": self.layout, "created_unix": self.created_unix,
+                   "libraries": self.libraries, "metadata": self.metadata,
+                   "objects": self.objects,
+                   "files": {name: rec.to_json() for name, rec in sorted(self.files.items())}}
+        # The digest covers what a reader will parse (tuples become lists, int keys text).
+        content = json.loads(json.dumps(content))
+        content[MANIFEST_DIGEST_KEY] = manifest_digest(content)
+        return content
 
     @classmethod
     def from_json(cls, data: Any, where: Path) -> Manifest:
-        if not isinstance(data, dict) or data.get("format") != FORMAT_NAME:
-            raise _corrupt(where, f"not an {FORMAT_NAME} manifest")
+        if not isinstance(data, dict):
+            raise _bad_manifest(where, "it is not a JSON object")
+        _check_seal(data, where)
+        if data.get("format") != FORMAT_NAME:
+            raise _bad_manifest(where, f"it is not an {FORMAT_NAME} manifest")
         version = data.get("format_version")
         if not isinstance(version, int) or version > FORMAT_VERSION:
             raise _corrupt(where, f"format_version {version!r} is newer than this accel-"
                            f"checkpoint reads ({FORMAT_VERSION}): upgrade accel-checkpoint")
         try:
             files = {name: FileRecord.from_json(rec) for name, rec in data["files"].items()}
-            return cls(files=files, objects=dict(data.get("objects", {})), step=data.get("step"),
-                       world_size=int(data.get("world_size", 1)),
-                       ranks=list(data.get("ranks", [0])), layout=data.get("layout", "replicated"),
-                       created_unix=float(data.get("created_unix", 0.0)),
-                       libraries=dict(data.get("libraries", {})),
-                       metadata=dict(data.get("metadata", {})), format_version=version)
+            manifest = cls(
+                files=files, objects=dict(data.get("objects", {})), step=data.get("step"),
+                world_size=int(data.get("world_size", 1)), ranks=list(data.get("ranks", [0])),
+                layout=data.get("layout", "replicated"),
+                created_unix=float(data.get("created_unix", 0.0)),
+                libraries=dict(data.get("libraries", {})),
+                metadata=dict(data.get("metadata", {})), format_version=version)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise _corrupt(where, f"malformed manifest ({type(exc).__name__}: {exc})") from None
+            raise _bad_manifest(where, f"malformed ({type(exc).__name__}: {exc})") from None
+        check_names(manifest.files, where)
+        manifest.check_objects(where)
+        return manifest
+
+    def check_objects(self, where: Path) -> None:
+        """Refuse an object entry whose files are not listed (or of the wrong shape)."""
+        for name, entry in self.objects.items():
+            if not isinstance(entry, dict):
+                raise _bad_manifest(where, f"object {name!r} is {entry!r}, not an entry")
+            for key in ("tensors", "json"):
+                file = entry.get(key)
+                if file is not None and (not isinstance(file, str) or file not in self.files):
+                    raise _bad_manifest(where, f"object {name!r} names {key} file {file!r}, "
+                                        "which the manifest does not list")
 
 
 def library_versions() -> dict[str, str]:
@@ -110,22 +175,52 @@ def is_staging_dir(path: Path) -> bool:
 def read_manifest(path: str | os.PathLike[str]) -> Manifest:
     """The manifest of the checkpoint directory ``path``; refuses a partial one."""
     path = Path(path)
-    if not path.is_dir():
-        raise _corrupt(path, "no such checkpoint directory")
-    if is_staging_dir(path):
-        raise _corrupt(path, "this is the staging directory of an interrupted save (it was "
-                       "never renamed into place), a partial checkpoint; load an earlier one")
-    where = path / MANIFEST_NAME
+    check_folder(path)
+    where = inside(path, MANIFEST_NAME, path)
     try:
         raw = where.read_bytes()
     except FileNotFoundError:
-        raise _corrupt(where, "missing: this is a partial checkpoint (its save did not "
-                       "finish); load an earlier one") from None
+        raise _corrupt(where, f"missing: {_without_manifest(path)}") from None
     try:
         data = json.loads(raw)
-    except ValueError as exc:
-        raise _corrupt(where, f"invalid JSON ({exc})") from None
+    except ValueError as exc:  # also bytes that are not UTF-8
+        raise _bad_manifest(where, f"invalid JSON ({exc})") from None
     return Manifest.from_json(data, where)
+
+
+def check_folder(path: Path) -> None:
+    """Refuse what is not a checkpoint folder to load: a missing path
+    (``CheckpointNotFoundError``), a file, a save's staging folder, a parked old copy."""
+    if not path.exists():
+        from accel_checkpoint.errors import CheckpointNotFoundError
+
+        raise CheckpointNotFoundError(path, f"{path}: no such checkpoint folder. Check the "
+                                      "path (`accel checkpoint list <parent>` lists the "
+                                      "checkpoints under a folder).")
+    if not path.is_dir():
+        raise _corrupt(path, "a file, not a checkpoint folder")
+    if TMP_INFIX in path.name:
+        raise _corrupt(path, "the staging folder of an interrupted save (it was never renamed "
+                       "into place), a partial checkpoint: it is never loaded, whatever it "
+                       "holds; load an earlier checkpoint")
+    if OLD_INFIX in path.name:
+        final = path.name.split(OLD_INFIX)[0]
+        raise _corrupt(path, "the previous copy of a checkpoint, parked while a save replaced "
+                       f"it (the save renames the new one to {final!r}, then deletes this): it "
+                       f"is never loaded; load {path.parent / final} instead")
+
+
+def _without_manifest(path: Path) -> str:
+    """What a folder without a manifest is: a partial accel checkpoint, or no checkpoint."""
+    own = accel_files(path)
+    if own:
+        shown = ", ".join(own[:5]) + (f" and {len(own) - 5} more" if len(own) > 5 else "")
+        return (f"the folder holds accel's own checkpoint files ({shown}) but no manifest, so "
+                "it is a partial accel checkpoint (its save did not finish, or the manifest "
+                "was removed): it is not loaded, neither as accel's nor as an Accelerate "
+                "checkpoint; load an earlier one")
+    return ("this is a partial checkpoint (its save did not finish) or not a checkpoint at "
+            "all; load an earlier one")
 
 
 def verify_checkpoint(path: str | os.PathLike[str], deep: bool = True,
@@ -137,7 +232,7 @@ def verify_checkpoint(path: str | os.PathLike[str], deep: bool = True,
     path = Path(path)
     manifest = manifest if manifest is not None else read_manifest(path)
     for name, record in manifest.files.items():
-        file = path / name
+        file = inside(path, name, path / MANIFEST_NAME)
         try:
             size = file.stat().st_size
         except FileNotFoundError:
