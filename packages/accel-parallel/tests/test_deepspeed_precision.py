@@ -10,7 +10,7 @@ from collections import namedtuple
 import pytest
 import torch
 from accel_parallel import DeepSpeedPlugin, DeepSpeedStrategy, Strategy
-from accel_parallel.deepspeed import _cast_floating_inputs
+from accel_parallel.deepspeed_precision import cast_floating_inputs
 from accel_precision import build_precision
 
 
@@ -55,7 +55,7 @@ Pair = namedtuple("Pair", "features ids")
 
 def test_floating_inputs_are_cast_to_the_engines_dtype_and_others_left_alone():
     probe = _Probe()
-    _cast_floating_inputs(probe, {"bf16": {"enabled": True}})
+    cast_floating_inputs(probe, {"bf16": {"enabled": True}})
     ids = torch.tensor([1, 2])
     probe(torch.randn(2, 3), Pair(torch.randn(2), ids), [torch.randn(1).double(), "text"],
           mask=torch.ones(2, dtype=torch.bool), extra={"x": torch.randn(2), "n": 3})
@@ -70,11 +70,11 @@ def test_floating_inputs_are_cast_to_the_engines_dtype_and_others_left_alone():
 
 def test_fp16_engines_get_half_inputs_and_fp32_engines_nothing():
     half = _Probe()
-    _cast_floating_inputs(half, {"fp16": {"enabled": True}})
+    cast_floating_inputs(half, {"fp16": {"enabled": True}})
     half(torch.randn(2))
     assert half.seen[0][0].dtype == torch.float16
     for config in ({}, {"bf16": {"enabled": False}},
                    {"bf16": {"enabled": True}, "torch_autocast": {"enabled": True}}):
         plain = _Probe()
-        _cast_floating_inputs(plain, config)
+        cast_floating_inputs(plain, config)
         assert not plain._forward_pre_hooks, config

@@ -16,12 +16,14 @@ import contextlib
 from typing import TYPE_CHECKING, Any
 
 import torch
-from accel_state import ConfigurationError, DistributedType, GradientState, recursively_apply
+from accel_state import ConfigurationError, DistributedType, GradientState
 
 from accel_parallel.deepspeed_config import fill_auto, hidden_size_of
 from accel_parallel.deepspeed_dummies import DummyOptim, DummyScheduler, EngineScheduler
 from accel_parallel.deepspeed_plugin import DeepSpeedPlugin
+from accel_parallel.deepspeed_precision import cast_floating_inputs, config_precision
 from accel_parallel.deepspeed_runtime import (
+    announce_setup,
     ensure_process_group,
     import_deepspeed,
     require_deepspeed,
@@ -93,7 +95,7 @@ class DeepSpeedStrategy(Strategy):
         """What the engines run in: the selected plugin's ``bf16`` / ``fp16`` ``enabled``
         (a JSON that enables bf16 by itself trains in bf16 whatever ``mixed_precision=``
         said), as Accelerate's ``AcceleratorState.mixed_precision`` reads it."""
-        return _config_precision(self.plugin.deepspeed_config)
+        return config_precision(self.plugin.deepspeed_config)
 
     @property
     def native_amp(self) -> bool:
@@ -205,24 +207,25 @@ class DeepSpeedStrategy(Strategy):
         if evaluation_mode or optimizer is None:
             filled.pop("optimizer", None)
             filled.pop("scheduler", None)
-        if optimizer is not None and dummy_opt is None:
-            filled.setdefault("zero_allow_untested_optimizer", True)
-            optimizer = _cpu_optimizer_for_offload(optimizer, filled)
-        sched_arg: Any = scheduler
-        if dummy_sched is not None:
-            sched_arg = None if "scheduler" in filled else dummy_sched.lr_scheduler_callable
-        plugin.set_moe_leaf_modules(model)
-        ensure_process_group(self.state.device, self.state.local_process_index)
-        deepspeed = import_deepspeed()
-        kwargs: dict[str, Any] = {"model": model, "config": filled}
-        if dummy_opt is not None:
-            kwargs["model_parameters"] = dummy_opt.params
-        elif optimizer is not None:
-            kwargs["optimizer"] = optimizer
-        if sched_arg is not None:
-            kwargs["lr_scheduler"] = sched_arg
-        engine, ds_optimizer, _, ds_scheduler = deepspeed.initialize(**kwargs)
-        _cast_floating_inputs(engine, filled)
+        with announce_setup(filled, optimizer, self.state):
+            if optimizer is not None and dummy_opt is None:
+                filled.setdefault("zero_allow_untested_optimizer", True)
+                optimizer = _cpu_optimizer_for_offload(optimizer, filled)
+            sched_arg: Any = scheduler
+            if dummy_sched is not None:
+                sched_arg = None if "scheduler" in filled else dummy_sched.lr_scheduler_callable
+            plugin.set_moe_leaf_modules(model)
+            ensure_process_group(self.state.device, self.state.local_process_index)
+            deepspeed = import_deepspeed()
+            kwargs: dict[str, Any] = {"model": model, "config": filled}
+            if dummy_opt is not None:
+                kwargs["model_parameters"] = dummy_opt.params
+            elif optimizer is not None:
+                kwargs["optimizer"] = optimizer
+            if sched_arg is not None:
+                kwargs["lr_scheduler"] = sched_arg
+            engine, ds_optimizer, _, ds_scheduler = deepspeed.initialize(**kwargs)
+        cast_floating_inputs(engine, filled)
         self.engines[name] = engine
         self.configs[name] = filled
         # given an optimizer (ds_optimizer is no sign: ZeRO-3 returns its offload manager)
@@ -326,36 +329,6 @@ class DeepSpeedStrategy(Strategy):
 
             return DeepSpeedWriter(self)
         return super().checkpoint_format(models)
-
-
-def _config_precision(config: dict[str, Any]) -> str:
-    for name in ("fp16", "bf16"):
-        if (config.get(name) or {}).get("enabled") is True:
-            return name
-    return "no"
-
-
-def _cast_floating_inputs(engine: torch.nn.Module, config: dict[str, Any]) -> None:
-    """Make the user's float batches reach a bf16/fp16 engine: every floating-point tensor
-    among the forward's arguments (nested in lists, tuples, dicts) is cast to the engine's
-    dtype; integer tensors (token ids, labels) and other values pass unchanged. DeepSpeed
-    does this for fp16 only, with ``"fp16": {"auto_cast": true}``; without it a float32
-    batch meets bf16 weights and the first matmul fails. Outputs stay in the engine's dtype,
-    as under Accelerate. Nothing is registered for an fp32 engine or under DeepSpeed's own
-    ``torch_autocast`` (which keeps fp32 weights)."""
-    precision = _config_precision(config)
-    if precision == "no" or (config.get("torch_autocast") or {}).get("enabled"):
-        return
-    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
-
-    def cast(tensor: torch.Tensor) -> torch.Tensor:
-        return tensor.to(dtype) if tensor.is_floating_point() else tensor
-
-    def hook(module: Any, args: tuple[Any, ...],
-             kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        return recursively_apply(cast, args), recursively_apply(cast, kwargs)
-
-    engine.register_forward_pre_hook(hook, with_kwargs=True)
 
 
 def _cpu_optimizer_for_offload(optimizer: Any, config: dict[str, Any]) -> Any:

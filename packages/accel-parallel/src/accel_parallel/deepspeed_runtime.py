@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import socket
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from accel_state import MissingDependencyError, env
 from accel_state.imports import is_deepspeed_available
 
+from accel_parallel.slow_steps import Announcer, extension_dir, uncompiled_extensions
+
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["import_deepspeed", "require_deepspeed", "ensure_process_group"]
+__all__ = ["announce_setup", "ensure_process_group", "import_deepspeed", "require_deepspeed"]
 
 _FEATURE = "DeepSpeed ZeRO (DeepSpeedPlugin / Accelerator(deepspeed_plugin=...))"
 
@@ -64,3 +66,46 @@ def ensure_process_group(device: torch.device, local_rank: int = 0) -> None:
         dist.init_process_group(backend, rank=0, world_size=1,
                                 init_method=f"tcp://127.0.0.1:{_free_port()}")
     import_deepspeed().init_distributed(dist_backend=dist.get_backend(), dist_init_required=False)
+
+
+#: what DeepSpeed's one-time C++ builds take on a small (2-core) machine, measured here
+_TYPICAL = {"cpu_adam": "2-6 minutes", "cpu_adagrad": "2-6 minutes",
+            "deepspeed_shm_comm": "1-2 minutes"}
+
+
+def _ops_to_build(config: dict[str, Any], optimizer: Any, device: torch.device) -> list[str]:
+    """The C++ ops DeepSpeed will JIT-compile for this engine: its CPU optimizer under
+    optimizer offload, and on CPU its shared-memory all-reduce (unless turned off)."""
+    ops = []
+    zero = config.get("zero_optimization") or {}
+    offload = (zero.get("offload_optimizer") or {}).get("device", "none") != "none"
+    if offload and config.get("zero_force_ds_cpu_optimizer", True):
+        kind = type(optimizer).__name__ if optimizer is not None else str(
+            (config.get("optimizer") or {}).get("type", ""))
+        if kind.lower() in ("adam", "adamw"):
+            ops.append("cpu_adam")
+        elif kind.lower() == "adagrad":
+            ops.append("cpu_adagrad")
+    # DeepSpeed's own table (ACCEL_DEEPSPEED_SHM_COMM=0 marks the op unavailable there)
+    if device.type == "cpu" and import_deepspeed().ops.__compatible_ops__.get(
+            "deepspeed_shm_comm", False):
+        ops.append("deepspeed_shm_comm")
+    return ops
+
+
+def announce_setup(config: dict[str, Any], optimizer: Any, state: Any) -> Announcer:
+    """Say so on each machine's main process when DeepSpeed is about to compile its ops
+    (nothing is cached yet), with the elapsed time; otherwise only if setting up the engine
+    takes unusually long (20 s)."""
+    main = state.is_local_main_process
+    pending = uncompiled_extensions(_ops_to_build(config, optimizer, state.device))
+    if not pending:
+        return Announcer("DeepSpeed is still setting up the engine (it may be compiling a C++ "
+                         "op on first use).", what="DeepSpeed set-up", delay=20.0, main=main)
+    times = "; ".join(f"{op}: usually {_TYPICAL.get(op, 'minutes')}" for op in pending)
+    skip = (" ACCEL_DEEPSPEED_SHM_COMM=0 skips the shared-memory op (collectives then go "
+            "through torch.distributed)." if "deepspeed_shm_comm" in pending else "")
+    return Announcer(
+        f"DeepSpeed is compiling its C++ op(s) {', '.join(pending)} with g++, once ({times} "
+        f"on a small machine); they are cached in {extension_dir(pending[0]).parent} for later "
+        f"runs.{skip}", what="DeepSpeed compile", main=main)

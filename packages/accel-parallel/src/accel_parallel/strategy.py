@@ -32,8 +32,9 @@ import torch
 from accel_precision import NoPrecision, Precision
 from accel_state import Registry
 
-from accel_parallel.compile import compile_model
+from accel_parallel.compile import compile_model, has_compiled_regions, is_compiled_module
 from accel_parallel.rebind import parameter_moves, rebind_optimizer
+from accel_parallel.slow_steps import announce_first_forward
 from accel_parallel.unwrap import extract_model_from_parallel, is_sharded_model
 
 if TYPE_CHECKING:
@@ -184,7 +185,12 @@ class Strategy:
         already compiled). :meth:`prepare` calls it on every prepared model, after the
         strategy's wrappers; a strategy that compiles earlier in its own order (before
         sharding) calls it there with ``in_place=True``, and the later call does nothing."""
-        return compile_model(model, self.dynamo_plugin, in_place=in_place)
+        if is_compiled_module(model) or has_compiled_regions(model):
+            return model
+        compiled = compile_model(model, self.dynamo_plugin, in_place=in_place)
+        if is_compiled_module(compiled) or has_compiled_regions(compiled):
+            announce_first_forward(compiled, main=self.state.is_local_main_process)
+        return compiled
 
     def prepare_optimizer(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
         """The optimizer to step (already re-bound to the prepared parameters)."""
