@@ -6,7 +6,8 @@ safe for untrusted files. Here ``.metadata`` goes through an unpickler that only
 the handful of DCP metadata classes (plus ``torch.Size``, dtypes, layouts and paths),
 after its sha256 was checked against our manifest when there is one, and non-tensor
 values are read with ``torch.load(weights_only=True)``. Tensors are already read with
-``weights_only=True`` by torch's ``FileSystemReader``.
+``weights_only=True`` by torch's ``FileSystemReader``. Every storage path the metadata
+names must lie inside the DCP directory (:func:`accel_checkpoint.containment.inside`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from torch.distributed.checkpoint.default_planner import (
 )
 from torch.distributed.checkpoint.planner import ReadItem
 
+from accel_checkpoint.containment import inside
 from accel_checkpoint.errors import CorruptCheckpointError
 from accel_checkpoint.hashing import FileRecord, check_bytes
 
@@ -71,11 +73,23 @@ def read_dcp_metadata(path: str | os.PathLike[str], expected: FileRecord | None 
     if expected is not None:
         check_bytes(path, raw, expected)  # the very bytes unpickled below
     try:
-        return _MetadataUnpickler(io.BytesIO(raw)).load()
+        metadata = _MetadataUnpickler(io.BytesIO(raw)).load()
     except Exception as exc:  # any malformed or hostile pickle
         raise CorruptCheckpointError(path, f"not readable as DCP metadata ({type(exc).__name__}"
                                      f": {exc}); accel only reads DCP's own metadata "
                                      "classes") from None
+    _check_storage_paths(path, metadata)
+    return metadata
+
+
+def _check_storage_paths(path: Path, metadata: Any) -> None:
+    """Refuse metadata whose storage entries name files outside the DCP directory."""
+    storage = getattr(metadata, "storage_data", None)
+    if not isinstance(storage, dict):
+        return
+    names = {getattr(info, "relative_path", None) for info in storage.values()}
+    for name in sorted(n for n in names if n is not None):
+        inside(path.parent, name, path)
 
 
 class VerifiedReader(FileSystemReader):

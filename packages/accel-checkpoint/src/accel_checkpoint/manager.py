@@ -20,6 +20,8 @@ from typing import Any
 
 from accel_state.random import restore_rng_state
 
+from accel_checkpoint.constants import MANIFEST_NAME
+from accel_checkpoint.containment import inside
 from accel_checkpoint.coordination import Peers, SaveRound
 from accel_checkpoint.errors import CheckpointError
 from accel_checkpoint.fileio import read_json, read_safetensors
@@ -188,13 +190,15 @@ def read_object(path: str | os.PathLike[str], name: str, manifest: Manifest | No
         names = ", ".join(sorted(n for n in manifest.objects if n != DATA_NAME)) or "none"
         raise CheckpointError(f"{path} has no object named {name!r} (it has: {names}).")
     tensors: dict[str, Any] = {}
+    index = path / MANIFEST_NAME
     if entry.get("tensors"):
-        tensors, _ = read_safetensors(path / entry["tensors"], manifest.files[entry["tensors"]],
-                                      hashed, _take(verified, entry["tensors"]))
+        tensors, _ = read_safetensors(inside(path, entry["tensors"], index),
+                                      manifest.files[entry["tensors"]], hashed,
+                                      _take(verified, entry["tensors"]))
     if not entry.get("json"):
         return tensors
-    skeleton = read_json(path / entry["json"], manifest.files[entry["json"]], hashed,
-                         _take(verified, entry["json"]))
+    skeleton = read_json(inside(path, entry["json"], index), manifest.files[entry["json"]],
+                         hashed, _take(verified, entry["json"]))
     return unflatten_state(skeleton, tensors)
 
 

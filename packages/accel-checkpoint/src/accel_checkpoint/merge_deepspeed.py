@@ -23,6 +23,7 @@ from accel_state import env
 from accel_state.imports import require
 
 from accel_checkpoint.constants import MANIFEST_NAME
+from accel_checkpoint.containment import inside
 from accel_checkpoint.errors import CheckpointError
 
 __all__ = ["merge_deepspeed_weights", "is_deepspeed_checkpoint", "DEEPSPEED_LAYOUT"]
@@ -76,7 +77,9 @@ def _locate(path: Path, model_name: str | None) -> tuple[Path, str]:
         return root, model_name
     latest = root / "latest"
     if latest.is_file() and len(tags) != 1:
-        return root, latest.read_text().strip()
+        tag = latest.read_text().strip()
+        inside(root, tag, latest)  # the tag is a folder inside save_dir, nothing else
+        return root, tag
     if len(tags) != 1:
         raise CheckpointError(f"{path} holds {'no' if not tags else 'several'} DeepSpeed "
                               f"checkpoints ({', '.join(tags) or 'none'}): pass model_name= "

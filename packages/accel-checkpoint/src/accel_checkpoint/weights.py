@@ -30,6 +30,7 @@ from accel_checkpoint.constants import (
     WEIGHTS_NAME,
     WEIGHTS_PATTERN_NAME,
 )
+from accel_checkpoint.containment import inside
 from accel_checkpoint.errors import CheckpointError
 from accel_checkpoint.fileio import write_safetensors
 from accel_checkpoint.hashing import BackgroundFlusher, fsync_dir, fsync_file
@@ -216,12 +217,20 @@ def load_state_dict_file(path: str | os.PathLike[str]) -> dict[str, torch.Tensor
 
 
 def checkpoint_files(checkpoint: Path) -> list[Path]:
-    """The weight files of a checkpoint: one file, the shards of an index, or a folder's."""
+    """The weight files of a checkpoint: one file, the shards of an index, or a folder's.
+
+    An index may only name files inside its own folder (no absolute path, no ``..``);
+    symbolic links are followed (a Hugging Face hub cache snapshot links every file into
+    its ``blobs`` folder)."""
     if checkpoint.is_file():
         if checkpoint.name.endswith(".index.json"):
             index = json.loads(checkpoint.read_text())
             weight_map = index.get("weight_map", index)  # or a bare name -> file mapping
-            return [checkpoint.parent / f for f in dict.fromkeys(weight_map.values())]
+            if not isinstance(weight_map, dict):
+                raise CheckpointError(f"{checkpoint}: 'weight_map' is not a mapping of tensor "
+                                      "names to shard files; the index is damaged.")
+            return [inside(checkpoint.parent, f, checkpoint, follow_links=True)
+                    for f in dict.fromkeys(weight_map.values())]
         return [checkpoint]
     for name in (SAFE_WEIGHTS_INDEX_NAME, WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, WEIGHTS_NAME):
         if (checkpoint / name).is_file():

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 from accel_checkpoint.constants import MANIFEST_NAME
+from accel_checkpoint.containment import inside
 from accel_checkpoint.fileio import read_json, read_safetensors, write_json, write_safetensors
 from accel_checkpoint.manager import PendingSave, load_checkpoint, save_checkpoint
 from accel_checkpoint.manifest import read_manifest
@@ -121,9 +122,9 @@ def load_custom_state(obj: Any, path: str | os.PathLike[str], index: int = 0) ->
     records = {}
     if (Path(path) / MANIFEST_NAME).is_file():
         records = read_manifest(path).files
-    tensors, _ = read_safetensors(base.with_suffix(".safetensors"),
+    tensors, _ = read_safetensors(inside(path, f"{base.name}.safetensors", path),
                                   records.get(f"{base.name}.safetensors"))
-    skeleton = read_json(base.with_suffix(".json"), records.get(f"{base.name}.json"))
+    skeleton = read_json(inside(path, f"{base.name}.json", path), records.get(f"{base.name}.json"))
     obj.load_state_dict(unflatten_state(skeleton, tensors))
 
 
