@@ -54,8 +54,32 @@ def test_passing_the_batch_size_yourself_is_named():
 
     with pytest.raises(TypeError, match=r"Batch size was passed into `train`.*`train\(lr=0.1\)`"):
         train(32, 0.1)
-    with pytest.raises(ValueError, match="starting_batch_size=0"):
-        find_executable_batch_size(lambda b: b, starting_batch_size=0)
+    with pytest.raises(ValueError, match="starting_batch_size=-1"):
+        find_executable_batch_size(lambda b: b, starting_batch_size=-1)
+
+
+def test_starting_batch_size_zero_raises_when_called_as_accelerate_does():
+    calls = []
+    train = find_executable_batch_size(lambda batch_size: calls.append(batch_size),
+                                       starting_batch_size=0)  # decorating is fine
+    with pytest.raises(RuntimeError, match="No executable batch size found, reached zero"):
+        train()
+    assert calls == []  # the function never ran
+
+
+def test_a_second_call_starts_from_the_size_the_first_reached():
+    tried = []
+
+    @find_executable_batch_size(starting_batch_size=10)
+    def train(batch_size):
+        tried.append(batch_size)
+        if batch_size > 8:
+            raise _oom()
+        return batch_size
+
+    assert train() == 8
+    assert train() == 8
+    assert tried == [10, 9, 8, 8]  # Accelerate keeps the reduced size in the decorator
 
 
 def test_out_of_memory_is_recognised():
@@ -72,3 +96,9 @@ def test_release_memory_returns_one_none_per_object():
     model, optimizer = torch.nn.Linear(2, 2), object()
     model, optimizer = release_memory(model, optimizer)
     assert model is None and optimizer is None
+
+
+def test_release_memory_edge_cases_match_accelerate():
+    assert release_memory() == []  # nothing passed: an empty list
+    released = release_memory("text", 3, None, [torch.ones(2)])  # any objects, not only tensors
+    assert released == [None, None, None, None] and isinstance(released, list)

@@ -67,21 +67,28 @@ def find_executable_batch_size(function: Callable[..., Any] | None = None,
                                ) -> Any:
     """Decorator: call ``function(batch_size, *args, **kwargs)`` with ``starting_batch_size``,
     and again with a smaller one (90 % of it, rounded down, or ``reduce_batch_size_fn()``:
-    128, 115, 103, ...) each time it fails
-    for lack of memory, clearing the device cache in between. Other errors are raised as
-    they are; reaching zero raises ``RuntimeError``. The decorated function is called
-    without its first argument: the decorator supplies it.
+    128, 115, 103, ...) each time it fails for lack of memory, clearing the device cache in
+    between. Other errors are raised as they are. The decorated function is called without
+    its first argument: the decorator supplies it.
+
+    As in Accelerate, the decorated function remembers the size it reached: a second call
+    starts from the batch size the first one ended with, not from ``starting_batch_size``.
+    A call that reaches zero (also ``starting_batch_size=0``) raises ``RuntimeError``.
     """
     if function is None:
         return functools.partial(find_executable_batch_size,
                                  starting_batch_size=starting_batch_size,
                                  reduce_batch_size_fn=reduce_batch_size_fn)
-    if not isinstance(starting_batch_size, int) or starting_batch_size < 1:
+    if (not isinstance(starting_batch_size, int) or isinstance(starting_batch_size, bool)
+            or starting_batch_size < 0):
         raise ValueError(f"find_executable_batch_size(starting_batch_size={starting_batch_size!r})"
-                         " must be a positive integer.")
+                         " must be an int >= 0: the number of samples to try first.")
+    batch_size = starting_batch_size
 
     @functools.wraps(function)
     def decorator(*args: Any, **kwargs: Any) -> Any:
+        nonlocal batch_size
+        clear_device_cache(garbage_collection=True)
         params = list(inspect.signature(function).parameters)
         if len(params) < len(args) + 1:
             pairs = zip(params[1:], args[1:], strict=False)  # the arguments after the size
@@ -90,8 +97,6 @@ def find_executable_batch_size(function: Callable[..., Any] | None = None,
                 f"Batch size was passed into `{function.__name__}` as the first argument when "
                 f"called. Remove it, as the decorator already does so: "
                 f"`{function.__name__}({shown})`")
-        batch_size = starting_batch_size
-        clear_device_cache(garbage_collection=True)
         while True:
             if batch_size == 0:
                 raise RuntimeError("No executable batch size found, reached zero.")
