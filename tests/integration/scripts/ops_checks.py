@@ -127,6 +127,8 @@ def check_reduce(rank: int, world_size: int) -> None:
     assert out.tolist() == [float(total), float(world_size)]
     out = reduce(value, reduction="sum", scale=0.5)
     assert out.tolist() == [total / 2, world_size / 2]
+    out = reduce(value, reduction="max")  # element-wise maximum over the ranks
+    assert out.tolist() == [float(world_size - 1), 1.0], out
     out = reduce({"i": torch.tensor([rank, 2]), "t": (torch.tensor(float(rank)),)}, "mean")
     assert out["i"].is_floating_point() and torch.allclose(
         out["i"], torch.tensor([total / world_size, 2.0]))

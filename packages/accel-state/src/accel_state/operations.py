@@ -76,7 +76,7 @@ if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
 
 _F = TypeVar("_F", bound=Callable[..., Any])
-_REDUCTIONS = ("mean", "sum", "none")
+_REDUCTIONS = ("mean", "sum", "max", "none")
 
 
 def _leaves(data: Any, strict: bool = True) -> list[torch.Tensor]:
@@ -246,7 +246,9 @@ def _reduce_one(tensor: torch.Tensor, world: int, reduction: str, scale: float,
                 group: ProcessGroup | None = None) -> torch.Tensor:
     result = tensor.clone()
     if world > 1:
-        torch.distributed.all_reduce(result, torch.distributed.ReduceOp.SUM, group=group)
+        ops = torch.distributed.ReduceOp
+        torch.distributed.all_reduce(result, ops.MAX if reduction == "max" else ops.SUM,
+                                     group=group)
     if reduction == "mean":
         result = result / world  # out of place: an integer mean comes back as float
     if scale != 1.0:
@@ -259,10 +261,12 @@ def reduce(tensor: Any, reduction: str = "mean", scale: float = 1.0, *,
            group: ProcessGroup | None = None) -> Any:
     """All-reduce every tensor of a nested structure; inputs are not modified.
 
-    ``"sum"`` sums across ranks, ``"mean"`` divides that sum by the world size, and
-    ``"none"`` (as in Accelerate) also returns the sum without dividing. The result is
-    then multiplied by ``scale`` (Accelerate applies ``scale`` only on XLA). ``group``:
-    reduce among its processes only (the mean divides by its size); ``None``: all.
+    ``"sum"`` sums across ranks, ``"mean"`` divides that sum by the world size, ``"max"``
+    takes the element-wise maximum, and ``"none"`` (as in Accelerate) also returns the sum
+    without dividing. The result is then multiplied by ``scale`` (Accelerate applies
+    ``scale`` only on XLA). ``group``: reduce among its processes only (the mean divides by
+    its size); ``None``: all. Any other name (``"min"``, a typo) raises
+    ``ConfigurationError``, where Accelerate silently sums.
     """
     if reduction not in _REDUCTIONS:
         raise ConfigurationError(
