@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 
 import pytest
 import torch
@@ -41,7 +42,9 @@ def test_ddp_wraps_unwraps_and_no_sync(state, gloo_group):
     kwargs = DistributedDataParallelKwargs(broadcast_buffers=False)
     strategy = DDPStrategy(state, ddp_kwargs=kwargs)
     model = torch.nn.Linear(2, 2)
-    wrapped = strategy.prepare_model(model)
+    with warnings.catch_warnings():  # Accelerate's field, without torch's deprecation notice
+        warnings.simplefilter("error", FutureWarning)
+        wrapped = strategy.prepare_model(model)
     assert isinstance(wrapped, torch.nn.parallel.DistributedDataParallel)
     assert wrapped.broadcast_buffers is False
     assert strategy.unwrap_model(wrapped) is model

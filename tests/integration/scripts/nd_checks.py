@@ -6,6 +6,7 @@ batches (what DDP computes); ranks of one TP group read the same batches.
   checkpointing: TP, then checkpointing, then FSDP2): 2-D DTensors.
 - HSDP (dp_replicate 2 × dp_shard 2, HYBRID_SHARD plugin).
 - TP × data-parallel replicas (dp_replicate 2 × tp 2, no sharding).
+- DDP on the mesh (dp_replicate 4): ``join_uneven_inputs`` joins ranks with uneven batches.
 
 argv[1]: a scratch directory (a sharded save_state / load_state round trip of TP × FSDP2).
 """
@@ -52,6 +53,28 @@ def round_trip(accelerator, scratch: Path) -> None:
         assert torch.equal(value.full_tensor(), saved[key]), key
 
 
+def ddp_on_mesh_joins(rank: int) -> None:
+    """Pure data parallelism on the mesh runs DDP, and join_uneven_inputs joins it: rank r
+    trains r + 1 batches without hanging the others (and without warning that it needs DDP)."""
+    import warnings
+
+    accelerator = Accelerator(cpu=True, parallelism_config=ParallelismConfig(
+        dp_replicate_size=4))
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    assert isinstance(model, torch.nn.parallel.DistributedDataParallel), type(model)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with accelerator.join_uneven_inputs([model], even_batches=False):
+            for _ in range(rank + 1):
+                accelerator.backward(model(torch.ones(2, 4)).sum())
+                optimizer.step()
+                optimizer.zero_grad()
+    assert not [w for w in seen if "join_uneven_inputs" in str(w.message)], seen
+    print(f"ND-JOIN-OK rank={rank}", flush=True)
+
+
 def main(scratch: Path) -> None:
     tp_fsdp = run("TP x FSDP2", ParallelismConfig(dp_shard_size=2, tp_size=2),
                   FullyShardedDataParallelPlugin(auto_wrap_policy="TRANSFORMER_BASED_WRAP",
@@ -71,6 +94,7 @@ def main(scratch: Path) -> None:
     assert hsdp.strategy.dp_size == 4
     run("TP x replicas", ParallelismConfig(dp_replicate_size=2, tp_size=2),
         mesh=("dp_replicate", "dp_shard", "tp"), fsdp=False)
+    ddp_on_mesh_joins(rank)
     print(f"ND-OK rank={rank}", flush=True)
 
 

@@ -21,8 +21,8 @@ if TYPE_CHECKING:
 
     from accel_parallel.selection import StrategyConfig
 
-__all__ = ["DDPStrategy", "DistributedDataParallelKwargs", "DDPCommunicationHookType",
-           "sync_ddp_in_backward"]
+__all__ = ["DDPStrategy", "DistributedDataParallelKwargs", "DDPCommunicationHookType", "wrap_ddp",
+           "join_ddp", "sync_ddp_in_backward"]
 
 
 class DDPCommunicationHookType(str, enum.Enum):
@@ -133,14 +133,7 @@ class DDPStrategy(Strategy):
             return model  # nothing to synchronise: DDP would refuse a model without gradients
         if is_sharded_model(model):
             return model  # sharded by the user (fully_shard, TP): it reduces its own gradients
-        device = next(model.parameters()).device
-        device_ids = None if device.type == "cpu" else [device.index or 0]
-        wrapped = torch.nn.parallel.DistributedDataParallel(
-            model, device_ids=device_ids, output_device=device_ids[0] if device_ids else None,
-            **self.ddp_kwargs.ddp_arguments(),
-        )
-        self.ddp_kwargs.register_comm_hook(wrapped)
-        return wrapped
+        return wrap_ddp(model, self.ddp_kwargs)
 
     def no_sync(self, model: torch.nn.Module) -> contextlib.AbstractContextManager[None]:
         # the class check, not the SupportsNoSync protocol: this runs on every accumulation
@@ -156,23 +149,28 @@ class DDPStrategy(Strategy):
 
     def join(self, joinables: list[Any], *,
              enable: bool) -> contextlib.AbstractContextManager[Any] | None:
-        """torch's ``Join`` over the DDP models (and ZeroRedundancyOptimizers) given, seen
-        through a compile wrapper or an accel optimizer wrapper."""
-        from torch.distributed.algorithms import Join, Joinable
+        return join_ddp(joinables, enable=enable)
 
-        inner = []
-        for obj in joinables:
-            if is_compiled_module(obj):
-                obj = obj._orig_mod
-            if not isinstance(obj, Joinable) and isinstance(getattr(obj, "optimizer", None),
-                                                            Joinable):
-                obj = obj.optimizer
-            if not isinstance(obj, Joinable):
-                raise ConfigurationError(
-                    f"join_uneven_inputs got {type(obj).__name__}, which cannot join: pass the "
-                    "prepared DDP models (and ZeroRedundancyOptimizer optimizers) only.")
-            inner.append(obj)
-        return Join(inner, enable=enable, throw_on_early_termination=False)
+
+def join_ddp(joinables: list[Any], *, enable: bool) -> contextlib.AbstractContextManager[Any]:
+    """torch's ``Join`` over the DDP models (and ZeroRedundancyOptimizers) given, seen
+    through a compile wrapper or an accel optimizer wrapper (the DDP strategy's and the mesh
+    strategy's DDP mode's ``join``)."""
+    from torch.distributed.algorithms import Join, Joinable
+
+    inner = []
+    for obj in joinables:
+        if is_compiled_module(obj):
+            obj = obj._orig_mod
+        if not isinstance(obj, Joinable) and isinstance(getattr(obj, "optimizer", None),
+                                                        Joinable):
+            obj = obj.optimizer
+        if not isinstance(obj, Joinable):
+            raise ConfigurationError(
+                f"join_uneven_inputs got {type(obj).__name__}, which cannot join: pass the "
+                "prepared DDP models (and ZeroRedundancyOptimizer optimizers) only.")
+        inner.append(obj)
+    return Join(inner, enable=enable, throw_on_early_termination=False)
 
 
 @contextlib.contextmanager
@@ -198,3 +196,30 @@ def sync_ddp_in_backward(model: torch.nn.Module) -> Iterator[None]:
     finally:
         model.require_backward_grad_sync = backward_sync
         model.require_forward_param_sync = forward_sync
+
+
+def wrap_ddp(model: torch.nn.Module, ddp_kwargs: DistributedDataParallelKwargs | None,
+             process_group: Any = None) -> torch.nn.parallel.DistributedDataParallel:
+    """``model`` in torch's DDP over ``process_group`` (None: every process) on the device
+    its parameters are on, with the handler's constructor options and comm hook: the one
+    place accel builds DDP (the DDP strategy, and the mesh strategy's data-parallel step).
+
+    ``broadcast_buffers`` is Accelerate's field and is passed as given. torch 2.13 deprecated
+    it (with a ``FutureWarning`` on every construction) in favour of
+    ``forward_sync_buffers``, which is not the same thing: ``forward_sync_buffers=False``
+    still syncs the buffers at construction, which ``broadcast_buffers=False`` does not, so
+    accel keeps the field's meaning and silences that one warning."""
+    import warnings
+
+    options = ddp_kwargs.ddp_arguments() if ddp_kwargs is not None else {}
+    device = next(model.parameters()).device
+    device_ids = None if device.type == "cpu" else [device.index or 0]
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*`broadcast_buffers` is deprecated",
+                                category=FutureWarning)
+        wrapped = torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=device_ids, output_device=device_ids[0] if device_ids else None,
+            process_group=process_group, **options)
+    if ddp_kwargs is not None:
+        ddp_kwargs.register_comm_hook(wrapped)
+    return wrapped

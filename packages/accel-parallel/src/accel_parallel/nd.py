@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from accel_state import ConfigurationError
 
-from accel_parallel.ddp import sync_ddp_in_backward
+from accel_parallel.ddp import join_ddp, sync_ddp_in_backward, wrap_ddp
 from accel_parallel.fsdp import FSDP2Strategy, _ensure_process_group, plugin_parallelism
 from accel_parallel.sequence_parallel import check_sequence_parallel_runtime
 
@@ -189,15 +189,7 @@ class ParallelismStrategy(FSDP2Strategy):
         return self._ddp(model)
 
     def _ddp(self, model: torch.nn.Module) -> torch.nn.Module:
-        device = next(model.parameters()).device
-        device_ids = None if device.type == "cpu" else [device.index or 0]
-        options = self.ddp_kwargs.ddp_arguments() if self.ddp_kwargs is not None else {}
-        wrapped = torch.nn.parallel.DistributedDataParallel(
-            model, device_ids=device_ids, output_device=device_ids[0] if device_ids else None,
-            process_group=self._mesh.dp_group, **options)
-        if self.ddp_kwargs is not None:
-            self.ddp_kwargs.register_comm_hook(wrapped)
-        return wrapped
+        return wrap_ddp(model, self.ddp_kwargs, process_group=self._mesh.dp_group)
 
     # -- the step ------------------------------------------------------------------------------
     def no_sync(self, model: torch.nn.Module) -> contextlib.AbstractContextManager[None]:
@@ -209,6 +201,13 @@ class ParallelismStrategy(FSDP2Strategy):
         if isinstance(model, torch.nn.parallel.DistributedDataParallel):
             return sync_ddp_in_backward(model)
         return super().sync_in_backward(model)
+
+    def join(self, joinables: list[Any], *,
+             enable: bool) -> contextlib.AbstractContextManager[Any] | None:
+        """torch's ``Join`` when the mesh's data-parallel step is DDP (FSDP2 has none)."""
+        if self.uses_fsdp:
+            return super().join(joinables, enable=enable)
+        return join_ddp(joinables, enable=enable)
 
     def clip_grad_norm_(self, parameters: Any, max_norm: float,
                         norm_type: float = 2) -> torch.Tensor:
