@@ -51,9 +51,12 @@ ALLOWED: dict[str, frozenset[str]] = {
     "accel_inference": frozenset({"accel_checkpoint", _STATE}),
     "accel_launch": frozenset({_STATE}),
     "accel": frozenset({_STATE, *_LAYER1, *_LAYER2}),
+    # packages/accelerate: the opt-in `accelerate` import name, mapped onto accel's modules.
+    "accelerate": frozenset({"accel"}),
 }
 LAYER: dict[str, int] = {
     _STATE: 0, **dict.fromkeys(_LAYER1, 1), **dict.fromkeys(_LAYER2, 2), "accel": 3,
+    "accelerate": 4,
 }
 
 #: Import names whose distribution is spelled differently (values: acceptable dists).
