@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 import warnings
 from datetime import timedelta
 from pathlib import Path
@@ -34,8 +33,8 @@ import torch
 from accel_state import env
 from accel_state.detect import detect_placement
 
-from accel_checkpoint.constants import TMP_INFIX
 from accel_checkpoint.errors import CheckpointError
+from accel_checkpoint.targets import new_staging_dir
 
 __all__ = ["Peers", "SaveRound", "sync_point"]
 
@@ -83,12 +82,6 @@ class Peers:
         return self.rank == self.writer
 
 
-def new_staging_dir(final: Path) -> Path:
-    staging = final.parent / f"{final.name}{TMP_INFIX}{uuid.uuid4().hex[:12]}"
-    staging.mkdir(parents=True)
-    return staging
-
-
 class SaveRound:
     """One save of one checkpoint path, seen from one rank.
 
@@ -128,6 +121,10 @@ class SaveRound:
             return staging
         store.set(self._key("arrived", peers.rank), "1")
         staging = store.get(self._key("staging")).decode()
+        failed = store.get(self._key("done")).decode() if not staging and store.check(
+            [self._key("done")]) else "ok"
+        if failed != "ok":  # the writer could not even begin (its target was refused)
+            raise CheckpointError(f"Rank {peers.writer} could not save {self.final}: {failed}")
         if not staging:
             warnings.warn(f"Rank {peers.rank} entered the save of {self.final} after rank "
                           f"{peers.writer} "
@@ -213,9 +210,9 @@ class SaveRound:
         store = self.peers.store
         if store is None:
             return
-        if not store.check([self._key("staging")]):  # failed before begin() published it
-            store.set(self._key("staging"), "")
         store.set(self._key("done"), "ok" if error is None else f"{type(error).__name__}: {error}")
+        if not store.check([self._key("staging")]):  # failed before begin() published it
+            store.set(self._key("staging"), "")  # after "done": the others read why
         store.set(_pending_key(self.peers.writer), "")
 
     def wait_done(self) -> None:

@@ -33,6 +33,7 @@ from accel_checkpoint.manifest import (
     verify_checkpoint,
 )
 from accel_checkpoint.saving import DATA_NAME, abort_save, rng_name, run_save, snapshot, stage
+from accel_checkpoint.targets import check_save_target, foreign_entries
 from accel_checkpoint.tree import unflatten_state
 
 __all__ = ["CheckpointManager", "LoadedCheckpoint", "PendingSave", "save_checkpoint",
@@ -138,6 +139,7 @@ def save_checkpoint(path: str | os.PathLike[str], objects: Mapping[str, Any] | N
     """
     wait_for_pending_saves()
     final = Path(path)
+    check_save_target(final)  # on every rank: all refuse alike, before anything is written
     peers = Peers.current(save_on_each_node)
     round_ = SaveRound(final, peers)
     staging = None
@@ -296,13 +298,23 @@ def rotate_checkpoints(root: str | os.PathLike[str], keep: int, pattern: str | N
     """Delete the oldest verified checkpoints under ``root`` beyond the newest ``keep``.
 
     Only complete checkpoints (manifest and sizes check out) matching ``pattern`` are
-    counted or deleted; partial and corrupt directories are left for a human to inspect.
+    counted or deleted; partial and corrupt directories, folders without a manifest
+    (Accelerate's included) and checkpoints holding files their manifest does not list
+    (a warning says so) are left for a human to inspect.
     """
     ok = [info.path for info in list_checkpoints(root, pattern=pattern) if info.ok]
     doomed = [p for p in ok[:max(len(ok) - keep, 0)] if protect is None or p != protect]
+    deleted = []
     for path in doomed:
+        foreign = foreign_entries(path)
+        if foreign:
+            warnings.warn(f"total_limit: not deleting {path}, which also holds what its "
+                          f"manifest does not list ({', '.join(foreign[:5])}); move those out "
+                          "and delete it yourself.", stacklevel=2)
+            continue
         shutil.rmtree(path)
-    return doomed
+        deleted.append(path)
+    return deleted
 
 
 class CheckpointManager:

@@ -43,7 +43,8 @@ from accel_checkpoint.hashing import HASH_CHUNK, FileRecord, Verification, fsync
 
 __all__ = ["FileRecord", "Manifest", "CheckpointInfo", "hash_file", "fsync_dir",
            "library_versions", "read_manifest", "verify_checkpoint", "list_checkpoints",
-           "latest_checkpoint", "is_staging_dir", "HASH_CHUNK", "manifest_digest"]
+           "latest_checkpoint", "is_staging_dir", "HASH_CHUNK", "manifest_digest",
+           "check_folder", "next_step"]
 
 
 def _corrupt(path: object, problem: str) -> Exception:
@@ -301,6 +302,24 @@ def latest_checkpoint(root: str | os.PathLike[str], pattern: str | None = None) 
     """The newest checkpoint under ``root`` whose manifest and file sizes check out."""
     ok = [info for info in list_checkpoints(root, pattern=pattern) if info.ok]
     return ok[-1].path if ok else None
+
+
+def next_step(path: str | os.PathLike[str]) -> str:
+    """What to do after the checkpoint ``path`` was refused: load the newest complete
+    checkpoint beside it (its manifest and sizes check out), or check one by hand."""
+    path = Path(path)
+    parent = path.parent
+    try:
+        here = path.resolve()
+        others = [i.path for i in list_checkpoints(parent) if i.ok and i.path.resolve() != here]
+    except OSError:
+        others = []
+    if others:
+        newest = others[-1]
+        return (f"The newest complete checkpoint beside it is {newest}: load that one "
+                f"(`accel checkpoint verify {newest}` checks every byte first).")
+    return (f"No other complete checkpoint is under {parent}; check one with `accel checkpoint "
+            f"verify <path>` (`accel checkpoint list {parent}` lists them).")
 
 
 def now() -> float:

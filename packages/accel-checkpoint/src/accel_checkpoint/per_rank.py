@@ -36,8 +36,8 @@ from accel_state.protocols import RankCheckpointWriter
 from accel_state.random import restore_rng_state
 
 from accel_checkpoint.constants import MANIFEST_NAME
-from accel_checkpoint.coordination import Peers, SaveRound, new_staging_dir
-from accel_checkpoint.errors import CheckpointError, CorruptCheckpointError
+from accel_checkpoint.coordination import Peers, SaveRound
+from accel_checkpoint.errors import CheckpointError, CheckpointWriteError, CorruptCheckpointError
 from accel_checkpoint.fileio import read_json, write_json
 from accel_checkpoint.hashing import (
     FileRecord,
@@ -62,6 +62,7 @@ from accel_checkpoint.rank_writers import (
     whole_objects,
 )
 from accel_checkpoint.saving import _commit, rng_name, snapshot, write_parts
+from accel_checkpoint.targets import check_save_target, new_staging_dir
 
 __all__ = ["save_rank_state", "load_rank_state", "LoadedRankState", "OBJECTS_KEY",
            "read_rank_manifest", "check_writer", "sharded_objects", "pickle_problem"]
@@ -87,6 +88,14 @@ def _sync_and_hash(staging: Path, name: Any) -> tuple[str, dict[str, Any]]:
     if file.parent != staging:
         fsync_dir(file.parent)
     return rel.as_posix(), hash_file(file).to_json()
+
+
+def _staging(final: Path) -> str:
+    """Rank 0: the staging folder's path, or ``error:<message>`` for every rank to raise."""
+    try:
+        return str(new_staging_dir(final))
+    except CheckpointWriteError as exc:
+        return f"error:{exc}"
 
 
 def _write_and_hash(writer: RankCheckpointWriter, staging: Path, objects: Mapping[str, Any],
@@ -193,8 +202,13 @@ def save_rank_state(directory: str | os.PathLike[str], writer: RankCheckpointWri
     final = Path(directory)
     rank, world, on = dist_info()
     whole_objects(replicated, sharded_objects(objects))  # refuse bad objects before any file
+    check_save_target(final)  # on every rank: all refuse alike, before anything is written
     _everyone_entered(final, writer.layout, on)
-    staging = Path(broadcast(str(new_staging_dir(final)) if rank == 0 else None, on))
+    made = _staging(final) if rank == 0 else None
+    made = broadcast(made, on)
+    if made.startswith("error:"):
+        raise CheckpointWriteError(final, made.removeprefix("error:"))
+    staging = Path(made)
     error = _failure(gather(_prepare(prepare_dir, staging), on))
     prepared = listing(staging) if rank == 0 and error is None else set()
     # No rank may write before rank 0 has listed what the hooks wrote: a rank file that is

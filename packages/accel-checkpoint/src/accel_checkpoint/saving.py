@@ -40,6 +40,7 @@ from accel_checkpoint.hashing import (
     record_new_files,
 )
 from accel_checkpoint.manifest import Manifest, library_versions
+from accel_checkpoint.targets import check_save_target
 from accel_checkpoint.tree import flatten_state
 
 __all__ = ["Part", "snapshot", "stage", "write_parts", "run_save", "abort_save", "DATA_NAME",
@@ -227,7 +228,8 @@ def _commit(staging: Path, final: Path, manifest: Manifest) -> None:
     fsync_dir(staging)
     _test_delay()
     parked = None
-    if final.exists():  # overwrite: park the old copy, swap, then delete it
+    check_save_target(final)  # again: the target may have changed while we wrote
+    if final.exists():  # overwrite an accel checkpoint: park the old copy, swap, delete it
         parked = final.parent / f"{final.name}{OLD_INFIX}{uuid.uuid4().hex[:12]}"
         os.replace(final, parked)
     os.replace(staging, final)

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from accel_checkpoint.accelerate_format import is_accelerate_checkpoint
 from accel_checkpoint.coordination import sync_point
-from accel_checkpoint.errors import CheckpointError
+from accel_checkpoint.errors import CheckpointError, CorruptCheckpointError
 from accel_checkpoint.manager import (
     VERIFY_MODES,
     PendingSave,
@@ -34,7 +34,7 @@ from accel_checkpoint.manager import (
     wait_for_pending_saves,
     wait_for_staging,
 )
-from accel_checkpoint.manifest import latest_checkpoint, read_manifest
+from accel_checkpoint.manifest import check_folder, latest_checkpoint, next_step, read_manifest
 from accel_checkpoint.project import CHECKPOINT_PATTERN, ProjectConfiguration
 from accel_checkpoint.weights import save_model_weights
 from accel_state import env
@@ -222,6 +222,20 @@ def load_state(accelerator: Any, input_dir: str | os.PathLike[str] | None = None
     checkpoint_sync_point(accelerator, "load_state")
     config = accelerator.project_configuration
     input_dir = _input_dir(config, input_dir)
+    try:
+        _load_state(accelerator, input_dir, mode, trust_pickles, load_model_func_kwargs)
+    except CorruptCheckpointError as exc:  # say what to load instead
+        raise CorruptCheckpointError(exc.path, f"{exc.problem.rstrip('.')}. "
+                                     f"{next_step(input_dir)}") from None
+
+
+def _load_state(accelerator: Any, input_dir: Path, mode: str, trust_pickles: bool | None,
+                load_model_func_kwargs: dict[str, Any]) -> None:
+    """:func:`load_state` once the folder is chosen: an Accelerate folder (told by the files
+    Accelerate writes), else an accel checkpoint (missing, staging, parked, partial or
+    corrupt ones are refused, never loaded as anything else)."""
+    config = accelerator.project_configuration
+    check_folder(input_dir)
     if is_accelerate_checkpoint(input_dir):  # a project switching from Accelerate
         load_accelerate_checkpoint(accelerator, input_dir,
                                    strict=load_model_func_kwargs.get("strict", True))
