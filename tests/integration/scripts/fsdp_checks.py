@@ -65,6 +65,10 @@ def run(plugin: FullyShardedDataParallelPlugin | None, mixed_precision: str = "n
     model = Net()
     accelerator = Accelerator(cpu=True, fsdp_plugin=plugin, gradient_accumulation_steps=2,
                               mixed_precision=mixed_precision)
+    state = accelerator.state  # what runs, as Accelerate's libraries read it
+    assert accelerator.mixed_precision == state.mixed_precision == mixed_precision
+    assert accelerator.native_amp == (mixed_precision != "no")
+    assert state.is_fsdp2 == (plugin is not None) and state.fsdp_plugin is plugin  # None: DDP
     if optimizer_after_prepare:  # built on the sharded parameters
         model = accelerator.prepare(model)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.2, momentum=0.9)

@@ -30,6 +30,10 @@ def run(name: str, config: ParallelismConfig, plugin=None, mesh=(), fsdp=True) -
         name, accelerator.torch_device_mesh)
     expected_type = DistributedType.FSDP if fsdp else DistributedType.MULTI_CPU
     assert accelerator.distributed_type == expected_type, (name, accelerator.distributed_type)
+    state = accelerator.state  # what runs, as Accelerate's libraries read it
+    assert state.is_fsdp2 == fsdp == (state.fsdp_plugin is not None), (name, state.fsdp_plugin)
+    assert plugin is None or state.fsdp_plugin is plugin, name
+    assert state.parallelism_config is accelerator.parallelism_config, name
     torch.manual_seed(0)
     got = train(accelerator, Net())
     model = got["model"]
@@ -64,6 +68,7 @@ def ddp_on_mesh_joins(rank: int) -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     model, optimizer = accelerator.prepare(model, optimizer)
     assert isinstance(model, torch.nn.parallel.DistributedDataParallel), type(model)
+    assert accelerator.state.fsdp_plugin is None and not accelerator.state.is_fsdp2
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         with accelerator.join_uneven_inputs([model], even_batches=False):
@@ -94,6 +99,9 @@ def main(scratch: Path) -> None:
     assert hsdp.strategy.dp_size == 4
     run("TP x replicas", ParallelismConfig(dp_replicate_size=2, tp_size=2),
         mesh=("dp_replicate", "dp_shard", "tp"), fsdp=False)
+    # sharding asked for by the sizes alone: an FSDP run, with the FSDP2 plugin it built
+    sharded = Accelerator(cpu=True, parallelism_config=ParallelismConfig(dp_shard_size=4))
+    assert sharded.state.is_fsdp2 and sharded.state.fsdp_plugin is not None
     ddp_on_mesh_joins(rank)
     print(f"ND-OK rank={rank}", flush=True)
 

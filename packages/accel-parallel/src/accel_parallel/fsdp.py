@@ -93,6 +93,10 @@ class FSDP2Strategy(Strategy):
         _ensure_process_group(config.state)
         return cls(config.state, precision=config.precision, plugin=config.plugins.get("fsdp"))
 
+    @property
+    def plugins_in_use(self) -> dict[str, Any]:
+        return {"fsdp": self.plugin}
+
     # -- topology ------------------------------------------------------------------------------
     def _plugin_sizes(self) -> ParallelismConfig:
         return plugin_parallelism(self.plugin, self.state.num_processes)

@@ -134,6 +134,16 @@ class ParallelismStrategy(FSDP2Strategy):
                    parallelism=plugins.get("parallelism_config"), plugin=plugins.get("fsdp"),
                    tp_plugin=plugins.get("tp"), ddp_kwargs=config.handlers.get("ddp"))
 
+    @property
+    def plugins_in_use(self) -> dict[str, Any]:
+        """The mesh's config, and the FSDP2 plugin when the run is an FSDP run (as
+        :attr:`distributed_type` says: sharding asked for; FSDP2 only replicating for TP/CP
+        is an implementation detail of data parallelism)."""
+        used: dict[str, Any] = {"parallelism_config": self.parallelism_config}
+        if self._fsdp_requested:
+            used["fsdp"] = self.plugin
+        return used
+
     # -- topology ------------------------------------------------------------------------------
     def _kept_dims(self) -> tuple[str, ...]:
         return ("dp_shard",) if self.uses_fsdp else ()

@@ -240,6 +240,13 @@ class Strategy:
         """The context of ``accelerator.autocast()``: the precision's autocast by default."""
         return self.precision.forward_context(autocast_handler)
 
+    @property
+    def plugins_in_use(self) -> dict[str, Any]:
+        """The plugins this strategy runs with, by Accelerate's kind (``"fsdp"``, ...),
+        including the ones it built itself (an FSDP2 plugin made for a ``ParallelismConfig``
+        that shards): what ``AcceleratorState`` reports. None by default."""
+        return {}
+
     def unscale_gradients(self, optimizer: torch.optim.Optimizer) -> None:
         """Bring ``optimizer``'s gradients to their true scale (before clipping)."""
         self.precision.unscale_(optimizer)

@@ -75,13 +75,13 @@ class AcceleratorState:
         cls._shared_state.clear()
         self = cls.__new__(cls)
         self.__dict__ = cls._shared_state
+        used = {**plugins, **strategy.plugins_in_use}  # what runs, also what it built itself
         self._fill(mixed_precision=strategy.mixed_precision,
                    distributed_type=strategy.distributed_type,
-                   dynamo_plugin=plugins.get("dynamo"),
-                   deepspeed_plugin=plugins.get("deepspeed"), fsdp_plugin=plugins.get("fsdp"),
-                   torch_tp_plugin=plugins.get("tp"),
-                   parallelism_config=getattr(strategy, "parallelism_config", None)
-                   or plugins.get("parallelism_config"),
+                   dynamo_plugin=used.get("dynamo"),
+                   deepspeed_plugin=used.get("deepspeed"), fsdp_plugin=used.get("fsdp"),
+                   torch_tp_plugin=used.get("tp"),
+                   parallelism_config=used.get("parallelism_config"),
                    device_mesh=getattr(strategy, "device_mesh", None))
         return self
 
