@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 from accel_checkpoint.errors import (
+    CheckpointError,
     CheckpointExistsError,
     CheckpointNotFoundError,
     CheckpointWriteError,
@@ -164,3 +165,47 @@ def test_a_missing_checkpoint_is_a_missing_path(tmp_path):
         accelerator.load_state(tmp_path / "nope")
     assert isinstance(info.value, FileNotFoundError)
     assert not isinstance(info.value, CorruptCheckpointError)
+
+
+def test_a_refused_load_state_changes_nothing(tmp_path):
+    torch.manual_seed(0)
+    accelerator = Accelerator(cpu=True)
+    counter = Counter()
+    accelerator.register_for_checkpointing(counter)
+    first, second = accelerator.prepare(nn.Linear(3, 2), nn.Linear(2, 2))
+    counter.n, accelerator.step = 5, 9
+    path = accelerator.save_state(tmp_path / "ckpt")
+
+    other = Accelerator(cpu=True)
+    fresh_counter = Counter()
+    other.register_for_checkpointing(fresh_counter)
+    kept, wrong = other.prepare(nn.Linear(3, 2), nn.Linear(2, 4))  # the second does not fit
+    before = {k: v.clone() for k, v in kept.state_dict().items()}
+    with pytest.raises(CheckpointError, match=r"nothing was loaded: model_1: shape mismatch"):
+        other.load_state(path)
+    assert all(torch.equal(before[k], v) for k, v in kept.state_dict().items())
+    assert fresh_counter.n == 0 and other.step == 0
+
+
+def test_a_refused_accelerate_load_changes_nothing():
+    accelerator = Accelerator(cpu=True)
+    models = [nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 1)), nn.Linear(2, 3)]
+    optimizers = [torch.optim.AdamW(models[0].parameters(), lr=0.01),
+                  torch.optim.SGD(models[1].parameters(), lr=0.1, momentum=0.9)]
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizers[0], step_size=1, gamma=0.5)
+    counter = Counter()
+    accelerator.register_for_checkpointing(counter)
+    *models, scheduler = accelerator.prepare(*models, scheduler)
+    for optimizer in optimizers:
+        accelerator.prepare(optimizer)
+    before = {k: v.clone() for k, v in models[0].state_dict().items()}
+    with pytest.raises(CheckpointError, match=r"model_1: shape mismatch"):
+        accelerator.load_state(FIXTURES / "safetensors")
+    assert all(torch.equal(before[k], v) for k, v in models[0].state_dict().items())
+    assert counter.n == 0 and scheduler.state_dict()["last_epoch"] == 0
+
+
+def test_register_for_checkpointing_raises_valueerror_as_accelerate():
+    accelerator = Accelerator(cpu=True)
+    with pytest.raises(ValueError, match=r"item 1 \(object\)"):
+        accelerator.register_for_checkpointing(Counter(), object())

@@ -30,6 +30,9 @@ _EXPORTS = {
     "wait_for_staging": "accel_checkpoint.manager",
     "CheckpointError": "accel_checkpoint.errors",
     "CorruptCheckpointError": "accel_checkpoint.errors",
+    "CheckpointNotFoundError": "accel_checkpoint.errors",
+    "CheckpointExistsError": "accel_checkpoint.errors",
+    "CheckpointWriteError": "accel_checkpoint.errors",
     "Manifest": "accel_checkpoint.manifest",
     "CheckpointInfo": "accel_checkpoint.manifest",
     "Verification": "accel_checkpoint.hashing",
@@ -66,7 +69,13 @@ _EXPORTS = {
 __all__ = [*_EXPORTS, "__version__"]
 
 if TYPE_CHECKING:
-    from accel_checkpoint.errors import CheckpointError, CorruptCheckpointError
+    from accel_checkpoint.errors import (
+        CheckpointError,
+        CheckpointExistsError,
+        CheckpointNotFoundError,
+        CheckpointWriteError,
+        CorruptCheckpointError,
+    )
     from accel_checkpoint.manager import (
         CheckpointManager,
         LoadedCheckpoint,

@@ -101,6 +101,10 @@ class _StrictLoad:
     def __init__(self, model: torch.nn.Module, strict: bool) -> None:
         self.model, self.strict = model, strict
 
+    def checked_module(self) -> tuple[torch.nn.Module, bool]:
+        """What :func:`~accel_checkpoint.applying.apply_states` checks the state against."""
+        return self.model, self.strict
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state, strict=self.strict)
 

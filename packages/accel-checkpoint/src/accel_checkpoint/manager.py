@@ -20,6 +20,7 @@ from typing import Any
 
 from accel_state.random import restore_rng_state
 
+from accel_checkpoint.applying import apply_states
 from accel_checkpoint.constants import MANIFEST_NAME
 from accel_checkpoint.containment import inside
 from accel_checkpoint.coordination import Peers, SaveRound
@@ -236,7 +237,9 @@ def load_checkpoint(path: str | os.PathLike[str], objects: Mapping[str, Any] | N
     ``verify="full"`` (default): the manifest, the sizes and every byte (each chunk's
     xxh3-128, or sha256 in older records) are checked in parallel before anything is
     loaded; a partial or corrupt checkpoint raises ``CorruptCheckpointError`` naming the
-    file and no object is changed.
+    file and no object is changed. States that cannot fit their objects (a shape or key
+    mismatch, other parameter groups) are refused before any object is changed
+    (:func:`accel_checkpoint.applying.apply_states`).
     ``verify="background"``: manifest, sizes and file formats are checked, the state is
     loaded, and the byte check runs on background threads: the caller must call
     ``result.verification.wait()`` before trusting the state (the Accelerator does before
@@ -283,9 +286,9 @@ def load_checkpoint(path: str | os.PathLike[str], objects: Mapping[str, Any] | N
                           "rank's random draws will differ from the original run.", stacklevel=2)
     if verified is not None:
         verified.release()  # files checked but not read (a prepare_dir's, say)
-    # Everything was read (and, in full mode, verified): only now change the caller's objects.
-    for name, state in states.items():
-        objects[name].load_state_dict(state)
+    # Everything was read (and, in full mode, verified): only now change the caller's objects,
+    # after checking they fit (a refused load changes nothing).
+    apply_states(path, [(name, objects[name], state) for name, state in states.items()])
     if rng_state is not None:
         restore_rng_state(rng_state)
     if verify == "background":

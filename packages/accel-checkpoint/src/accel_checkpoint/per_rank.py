@@ -35,6 +35,7 @@ from typing import Any
 from accel_state.protocols import RankCheckpointWriter
 from accel_state.random import restore_rng_state
 
+from accel_checkpoint.applying import apply_states, refuse_misfits
 from accel_checkpoint.constants import MANIFEST_NAME
 from accel_checkpoint.coordination import Peers, SaveRound
 from accel_checkpoint.errors import CheckpointError, CheckpointWriteError, CorruptCheckpointError
@@ -346,10 +347,10 @@ def load_rank_state(directory: str | os.PathLike[str], writer: RankCheckpointWri
     rng_state = _rng_state(path, manifest, rank) if rng else None
     saved = manifest.metadata.get(OBJECTS_KEY, {})
     chosen = {n: o for n, o in objects.items() if n in saved}
+    refuse_misfits(path, [(n, whole[n], st) for n, st in states.items()])  # before the writer
     if chosen:
         writer.load(path, chosen, rank, world)
-    for name, saved_state in states.items():
-        whole[name].load_state_dict(saved_state)
+    apply_states(path, [(name, whole[name], state) for name, state in states.items()])
     if rng_state is not None:
         restore_rng_state(rng_state)
     data = None

@@ -17,13 +17,27 @@ from accel_checkpoint.accelerate_format import (
     read_accelerate_checkpoint,
     restore_accelerate_rng,
 )
-from accel_checkpoint.layouts import REPLICATED_LAYOUT
+from accel_checkpoint.applying import apply_states
 from accel_checkpoint.errors import CheckpointError
+from accel_checkpoint.layouts import REPLICATED_LAYOUT
 
 from accel._checkpoint_layouts import checkpoint_layout
-from accel._checkpoint_objects import scaler_of
+from accel._checkpoint_objects import indexed, scaler_of
 
 __all__ = ["load_accelerate_checkpoint"]
+
+
+class _Model:
+    """A model loaded with the caller's ``strict`` (checked by ``apply_states`` first)."""
+
+    def __init__(self, module: Any, strict: bool) -> None:
+        self.module, self.strict = module, strict
+
+    def checked_module(self) -> tuple[Any, bool]:
+        return self.module, self.strict
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.module.load_state_dict(state, strict=self.strict)
 
 
 def _check_counts(path: Path, kind: str, saved: int, prepared: int) -> None:
@@ -50,16 +64,18 @@ def load_accelerate_checkpoint(accelerator: Any, path: Path, strict: bool = True
     _check_counts(path, "optimizer", len(checkpoint.optimizers), len(optimizers))
     _check_counts(path, "scheduler", len(checkpoint.schedulers), len(schedulers))
     _check_counts(path, "custom object", len(checkpoint.custom), len(custom))
-    for model, state in zip(models, checkpoint.models, strict=True):
-        accelerator.unwrap_model(model, keep_torch_compile=False).load_state_dict(
-            state, strict=strict)
-    for objects, states in ((optimizers, checkpoint.optimizers),
-                            (schedulers, checkpoint.schedulers), (custom, checkpoint.custom)):
-        for obj, state in zip(objects, states, strict=True):
-            obj.load_state_dict(state)
+    pairs = [(indexed("model", i),
+              _Model(accelerator.unwrap_model(model, keep_torch_compile=False), strict), state)
+             for i, (model, state) in enumerate(zip(models, checkpoint.models, strict=True))]
+    for base, objects, states in (("optimizer", optimizers, checkpoint.optimizers),
+                                  ("scheduler", schedulers, checkpoint.schedulers),
+                                  ("custom_checkpoint", custom, checkpoint.custom)):
+        pairs += [(f"{base}_{i}", obj, state)
+                  for i, (obj, state) in enumerate(zip(objects, states, strict=True))]
     scaler = scaler_of(accelerator)
     if scaler is not None and checkpoint.scaler is not None:
-        scaler.load_state_dict(checkpoint.scaler)
+        pairs.append(("scaler", scaler, checkpoint.scaler))
+    apply_states(path, pairs)  # checked first: a refused load changes nothing
     if checkpoint.rng is not None:
         restore_accelerate_rng(checkpoint.rng)
     else:

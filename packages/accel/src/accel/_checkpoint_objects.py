@@ -55,10 +55,15 @@ class ModelSlot:
     def __init__(self, model: torch.nn.Module, strict: bool) -> None:
         self.model, self.strict = model, strict
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def checked_module(self) -> tuple[torch.nn.Module, bool]:
+        """The unwrapped model and ``strict``, checked before anything is loaded."""
         from accel_parallel import extract_model_from_parallel
 
-        extract_model_from_parallel(self.model).load_state_dict(state, strict=self.strict)
+        return extract_model_from_parallel(self.model), self.strict
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        module, strict = self.checked_module()
+        module.load_state_dict(state, strict=strict)
 
 
 def save_accelerator_state(output_dir: str | os.PathLike[str], model_states: list[Any],

@@ -220,20 +220,18 @@ def load_state(accelerator: Any, input_dir: str | os.PathLike[str] | None = None
     mode = _verify_mode(verify)
     wait_for_checkpoint(accelerator)
     checkpoint_sync_point(accelerator, "load_state")
-    config = accelerator.project_configuration
-    input_dir = _input_dir(config, input_dir)
+    input_dir = _input_dir(accelerator.project_configuration, input_dir)
     try:
         _load_state(accelerator, input_dir, mode, trust_pickles, load_model_func_kwargs)
     except CorruptCheckpointError as exc:  # say what to load instead
-        raise CorruptCheckpointError(exc.path, f"{exc.problem.rstrip('.')}. "
-                                     f"{next_step(input_dir)}") from None
+        hint = f"{exc.problem.rstrip('.')}. {next_step(input_dir)}"
+        raise CorruptCheckpointError(exc.path, hint) from None
 
 
 def _load_state(accelerator: Any, input_dir: Path, mode: str, trust_pickles: bool | None,
                 load_model_func_kwargs: dict[str, Any]) -> None:
-    """:func:`load_state` once the folder is chosen: an Accelerate folder (told by the files
-    Accelerate writes), else an accel checkpoint (missing, staging, parked, partial or
-    corrupt ones are refused, never loaded as anything else)."""
+    """:func:`load_state` on a chosen folder: Accelerate's (told by its files), else accel's
+    (missing, staging, parked, partial or corrupt ones are refused, never downgraded)."""
     config = accelerator.project_configuration
     check_folder(input_dir)
     if is_accelerate_checkpoint(input_dir):  # a project switching from Accelerate
