@@ -150,3 +150,47 @@ def test_plain_models_are_not_sharded_and_checkpoint_replicated(state):
     model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU())
     assert not is_sharded_model(model)
     assert DDPStrategy(state).checkpoint_format([model]) == "replicated"
+
+
+def test_no_strategy_reads_the_process_wide_gradient_state():
+    """The accumulation boundary reaches strategies through the interface (``backward``'s
+    ``sync_gradients``, ``accumulation_context``'s ``sync``, the request's
+    ``accumulation_steps``), never through ``accel_state.GradientState``."""
+    import ast
+    from pathlib import Path
+
+    import accel_parallel
+
+    readers = []
+    for path in sorted(Path(accel_parallel.__file__).parent.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.ImportFrom) else []
+            if "GradientState" in names or (isinstance(node, ast.Name)
+                                            and node.id == "GradientState"):
+                readers.append(path.name)
+    assert not readers, readers
+
+
+def test_backward_hands_the_boundary_to_the_strategy(state):
+    """DeepSpeed's engine is told the boundary that backward is given (no engine: a stand-in)."""
+    from accel_parallel import DeepSpeedPlugin, DeepSpeedStrategy
+
+    strategy = DeepSpeedStrategy(state, plugins={"default": DeepSpeedPlugin()})
+    seen = []
+
+    class Engine:
+        skipped_steps = 0
+
+        def set_gradient_accumulation_boundary(self, value):
+            seen.append(value)
+
+        def backward(self, loss, **kwargs):
+            pass
+
+        def step(self):
+            pass
+
+    strategy.engines["default"] = strategy._trained["default"] = Engine()
+    strategy.backward(torch.ones(()), accumulation_steps=4, sync_gradients=False)
+    strategy.backward(torch.ones(()), accumulation_steps=4, sync_gradients=True)
+    assert seen == [False, True]

@@ -16,7 +16,7 @@ import contextlib
 from typing import TYPE_CHECKING, Any
 
 import torch
-from accel_state import ConfigurationError, DistributedType, GradientState
+from accel_state import ConfigurationError, DistributedType
 
 from accel_parallel.deepspeed_config import fill_auto, hidden_size_of
 from accel_parallel.deepspeed_dummies import DummyOptim, DummyScheduler, EngineScheduler
@@ -134,7 +134,8 @@ class DeepSpeedStrategy(Strategy):
         optimizer = request.optimizers[0] if request.optimizers else None
         scheduler = request.schedulers[0] if request.schedulers else None
         engine, ds_optimizer, ds_scheduler = self._initialize(
-            request.models[0], optimizer, scheduler, request.evaluation_mode)
+            request.models[0], optimizer, scheduler, request.evaluation_mode,
+            request.accumulation_steps)
         schedulers = [EngineScheduler(ds_scheduler, ds_optimizer)] if request.schedulers else []
         if request.schedulers and ds_scheduler is None:
             raise ConfigurationError("DeepSpeed returned no scheduler for the one given.")
@@ -142,7 +143,8 @@ class DeepSpeedStrategy(Strategy):
                               optimizers=[ds_optimizer] if request.optimizers else [],
                               schedulers=schedulers, dataloaders=request.dataloaders,
                               device_placement=request.device_placement,
-                              evaluation_mode=request.evaluation_mode)
+                              evaluation_mode=request.evaluation_mode,
+                              accumulation_steps=request.accumulation_steps)
 
     def _see_loader(self, loader: Any) -> None:
         size = getattr(loader, "batch_size", None)
@@ -187,7 +189,7 @@ class DeepSpeedStrategy(Strategy):
                 "scheduler, or define one in the config.")
 
     def _initialize(self, model: torch.nn.Module, optimizer: Any, scheduler: Any,
-                    evaluation_mode: bool) -> tuple[Any, Any, Any]:
+                    evaluation_mode: bool, accumulation: int) -> tuple[Any, Any, Any]:
         plugin, name = self.plugin, self.plugin_name
         if name in self.engines:
             raise ConfigurationError(
@@ -201,7 +203,7 @@ class DeepSpeedStrategy(Strategy):
         micro = self._micro_batch if self._micro_batch is not None or not evaluation_mode else 1
         filled = fill_auto(
             config, micro_batch=micro, dp_size=self.dp_size,
-            accumulation=GradientState().num_steps, hidden_size=hidden_size_of(model),
+            accumulation=accumulation, hidden_size=hidden_size_of(model),
             optimizer_params=dummy_opt.config_values() if dummy_opt else None,
             scheduler_params=dummy_sched.config_values() if dummy_sched else None)
         if evaluation_mode or optimizer is None:
@@ -260,12 +262,12 @@ class DeepSpeedStrategy(Strategy):
         return engine
 
     def backward(self, loss: torch.Tensor, *, accumulation_steps: int = 1,
-                 **kwargs: Any) -> None:
+                 sync_gradients: bool = True, **kwargs: Any) -> None:
         """The engine's backward and step. The engine divides the loss by its accumulation
         steps (the Accelerator's), reduces the gradients and steps (clipping, optimizer,
-        scheduler) only at the boundary ``accumulate()`` says."""
+        scheduler) only at the boundary ``accumulate()`` says (``sync_gradients``)."""
         engine = self._engine()
-        engine.set_gradient_accumulation_boundary(GradientState().sync_gradients)
+        engine.set_gradient_accumulation_boundary(sync_gradients)
         engine.backward(loss, **kwargs)
         skipped = engine.skipped_steps
         engine.step()

@@ -66,6 +66,9 @@ class PrepareRequest:
     device_placement: list[bool] = field(default_factory=list)
     #: prepare models for inference only (no gradient synchronisation wrapper)
     evaluation_mode: bool = False
+    #: batches accumulated per optimizer step (``gradient_accumulation_steps``): an engine
+    #: that owns the step (DeepSpeed) configures itself with it
+    accumulation_steps: int = 1
 
 
 class Strategy:
@@ -169,7 +172,8 @@ class Strategy:
                               dataloaders=[self.prepare_data_loader(d)
                                            for d in request.dataloaders],
                               device_placement=placements,
-                              evaluation_mode=request.evaluation_mode)
+                              evaluation_mode=request.evaluation_mode,
+                              accumulation_steps=request.accumulation_steps)
 
     def prepare_model(self, model: torch.nn.Module, *, device_placement: bool = True,
                       evaluation_mode: bool = False) -> torch.nn.Module:
@@ -211,9 +215,13 @@ class Strategy:
 
     # -- the step -----------------------------------------------------------------------------
     def backward(self, loss: torch.Tensor, *, accumulation_steps: int = 1,
-                 **kwargs: Any) -> None:
+                 sync_gradients: bool = True, **kwargs: Any) -> None:
         """Backward of ``loss`` divided by ``accumulation_steps`` (so accumulated gradients
-        are the mean over the large batch) and scaled by the precision (fp16)."""
+        are the mean over the large batch) and scaled by the precision (fp16).
+        ``sync_gradients``: whether this micro-step ends an accumulation cycle (its gradients
+        are reduced and the optimizer steps); the facade passes it from ``accumulate()``, so no
+        strategy reads the process-wide ``GradientState``. Here the reduction is deferred by
+        :meth:`no_sync` around the forward, and the flag is not needed."""
         if accumulation_steps > 1:
             loss = loss / accumulation_steps
         self.precision.pre_backward(loss).backward(**kwargs)

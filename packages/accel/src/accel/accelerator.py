@@ -186,7 +186,8 @@ class Accelerator(ProcessMixin, PrecisionMixin, DataMixin, _ckpt.CheckpointingMi
             return objects
         request = PrepareRequest(**{kind: [objects[i] for i in kinds[kind]] for kind in _KINDS},
                                  device_placement=[placement[i] for i in kinds["models"]],
-                                 evaluation_mode=evaluation_mode)
+                                 evaluation_mode=evaluation_mode,
+                                 accumulation_steps=self.gradient_state.num_steps)
         refuse_dispatched_models(self, request.models)  # device_map="auto" + distributed
         prepared = self._strategy.prepare(request)
         _check_prepared(self._strategy, request, prepared)
@@ -254,8 +255,9 @@ class Accelerator(ProcessMixin, PrecisionMixin, DataMixin, _ckpt.CheckpointingMi
         """
         if kwargs.get("learning_rate") is not None and self.has_lomo_optimizer:
             return self.lomo_backward(loss, kwargs["learning_rate"])  # accel/_lomo.py
-        self._strategy.backward(loss, accumulation_steps=self.gradient_state.num_steps,
-                                **kwargs)
+        gradient_state = self.gradient_state
+        self._strategy.backward(loss, accumulation_steps=gradient_state.num_steps,
+                                sync_gradients=gradient_state.sync_gradients, **kwargs)
 
     def accumulate(self, *models: torch.nn.Module) -> contextlib.AbstractContextManager[Any]:
         """Accumulate gradients over ``gradient_accumulation_steps`` batches per optimizer step.
