@@ -209,3 +209,16 @@ def test_register_for_checkpointing_raises_valueerror_as_accelerate():
     accelerator = Accelerator(cpu=True)
     with pytest.raises(ValueError, match=r"item 1 \(object\)"):
         accelerator.register_for_checkpointing(Counter(), object())
+
+
+@pytest.mark.multiprocess
+def test_every_rank_refuses_a_bad_target_and_saving_goes_on(explain, launch, scripts, tmp_path):
+    proc = launch("--cpu", "--num_processes", "2", str(scripts / "checkpoint_targets.py"),
+                  str(tmp_path))
+    assert proc.returncode == 0, explain(proc)
+    for rank in (0, 1):
+        assert f"REFUSED rank={rank} kind=CheckpointExistsError kept=True" in proc.stdout, \
+            explain(proc)
+        assert f"UNWRITABLE rank={rank} named=True" in proc.stdout, explain(proc)
+        assert f"AFTER rank={rank} loaded=True" in proc.stdout, explain(proc)
+    assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name or ".old-" in p.name]
