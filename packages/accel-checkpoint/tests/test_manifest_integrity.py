@@ -137,3 +137,8 @@ def test_a_resealed_manifest_naming_an_unlisted_file_is_refused(checkpoint, caps
     manifest["manifest_sha256"] = manifest_digest(manifest)
     where.write_text(json.dumps(manifest))
     _refused(checkpoint, capsys)
+
+
+def test_verify_of_a_missing_folder_says_so(tmp_path, capsys):
+    assert _cli("verify", str(tmp_path / "nope")) == 1
+    assert "MISSING" in capsys.readouterr().err

@@ -20,10 +20,12 @@ def verify_command(args: argparse.Namespace) -> int:
 
     try:
         manifest = verify_checkpoint(args.path, deep=not args.quick)
-    except Exception as exc:
-        if type(exc).__name__ != "CorruptCheckpointError":
+    except Exception as exc:  # the error classes import torch: told apart by name
+        label = {"CorruptCheckpointError": "CORRUPT",
+                 "CheckpointNotFoundError": "MISSING"}.get(type(exc).__name__)
+        if label is None:
             raise
-        print(f"CORRUPT {exc}", file=sys.stderr)
+        print(f"{label} {exc}", file=sys.stderr)
         return 1
     total = sum(r.size for r in manifest.files.values())
     how = "sizes" if args.quick else "sizes and every sha256"
