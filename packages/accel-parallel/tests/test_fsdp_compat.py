@@ -195,3 +195,16 @@ def test_compile_regions_fsdp2_compiles_blocks_in_place():
     assert has_compiled_regions(model) and [n for n, _ in model.named_parameters()] == names
     with pytest.raises(ConfigurationError, match="compile_regions_fsdp2.*needs an nn.Module"):
         compile_regions_fsdp2(object())
+
+
+def test_get_parameters_from_modules_takes_modules_or_a_name_regex():
+    from accel_parallel.fsdp_compat import get_parameters_from_modules
+
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Sequential(torch.nn.Linear(2, 3)))
+    inner = model[1][0]
+    assert get_parameters_from_modules(None, model, "cpu") == set()
+    assert get_parameters_from_modules([inner], model, "cpu") == {inner.weight, inner.bias}
+    assert get_parameters_from_modules(r"1\.0", model, "cpu") == {inner.weight, inner.bias}
+    # a regex fullmatches module names: "0" is model[0] only, not "1.0"
+    assert get_parameters_from_modules("0", model, "cpu") == {model[0].weight, model[0].bias}
+    assert get_parameters_from_modules("no_such", model, "cpu") == set()

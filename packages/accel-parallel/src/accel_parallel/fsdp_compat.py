@@ -12,6 +12,7 @@ strategy take the accelerator and use ``accelerator.strategy``.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -25,7 +26,7 @@ __all__ = ["compile_regions_fsdp2", "disable_fsdp_ram_efficient_loading",
            "enable_fsdp_ram_efficient_loading", "ensure_weights_retied", "fsdp2_apply_ac",
            "fsdp2_canonicalize_names", "fsdp2_load_full_state_dict",
            "fsdp2_prepare_auto_wrap_policy", "fsdp2_prepare_model",
-           "fsdp2_switch_optimizer_parameters"]
+           "fsdp2_switch_optimizer_parameters", "get_parameters_from_modules"]
 
 _WRAPPER_PARTS = ("_checkpoint_wrapped_module", "_orig_mod")
 
@@ -48,6 +49,19 @@ def fsdp2_canonicalize_names(named_params: dict[str, Any]) -> dict[str, Any]:
     ``_checkpoint_wrapped_module`` and ``_orig_mod`` path parts are dropped."""
     return {".".join(p for p in name.split(".") if p not in _WRAPPER_PARTS): value
             for name, value in named_params.items()}
+
+
+def get_parameters_from_modules(modules: Iterable[torch.nn.Module] | str | None,
+                                model: torch.nn.Module, device: Any) -> set[torch.nn.Parameter]:
+    """The parameters of ``modules`` (e.g. FSDP's ignored modules): modules given as such, or
+    a regex that fullmatches names in ``model.named_modules()`` (each match is moved to
+    ``device`` first, as it stays unsharded); ``None`` is the empty set."""
+    if modules is None:
+        return set()
+    if isinstance(modules, str):
+        pattern = re.compile(modules)
+        modules = [m.to(device) for name, m in model.named_modules() if pattern.fullmatch(name)]
+    return {p for module in modules for p in module.parameters()}
 
 
 def _fsdp_strategy(accelerator: Any, caller: str) -> Any:

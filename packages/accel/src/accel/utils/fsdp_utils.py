@@ -22,6 +22,7 @@ from accel_parallel.fsdp_compat import (
     fsdp2_prepare_auto_wrap_policy,
     fsdp2_prepare_model,
     fsdp2_switch_optimizer_parameters,
+    get_parameters_from_modules,
 )
 from accel_parallel.fsdp_plugin import (
     FSDP2_STATE_DICT_TYPE,
@@ -37,4 +38,5 @@ __all__ = ["FSDP2_STATE_DICT_TYPE", "FSDP_AUTO_WRAP_POLICY", "FSDP_BACKWARD_PREF
            "disable_fsdp_ram_efficient_loading", "enable_fsdp_ram_efficient_loading",
            "fsdp2_canonicalize_names", "compile_regions_fsdp2", "ensure_weights_retied",
            "fsdp2_apply_ac", "fsdp2_load_full_state_dict", "fsdp2_prepare_auto_wrap_policy",
-           "fsdp2_prepare_model", "fsdp2_switch_optimizer_parameters"]
+           "fsdp2_prepare_model", "fsdp2_switch_optimizer_parameters",
+           "get_parameters_from_modules"]
