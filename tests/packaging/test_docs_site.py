@@ -53,8 +53,10 @@ def test_docs_build_strictly_with_every_page_in_the_navigation(site: Path) -> No
 
 
 def test_every_package_has_an_api_page_listing_its_public_names(site: Path) -> None:
+    # packages/accelerate (the `accelerate` shim) has no names of its own: they are accel's
+    # (docs/huggingface.md says what it is)
     packages = sorted(p.name for p in REPO.glob("packages/*/src/*")
-                      if (p / "__init__.py").is_file())
+                      if (p / "__init__.py").is_file() and p.name != "accelerate")
     assert sorted(API_MODULES) == packages, "a package without an API page (or a stale one)"
     for page, module_name in API_MODULES.items():
         source = (DOCS / "api" / f"{page}.md").read_text()
