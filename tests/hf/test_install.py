@@ -79,3 +79,13 @@ def test_the_lock_resolves_every_accelerate_requirement_to_the_workspace_shim():
     assert root["tool"]["uv"]["sources"]["accelerate"] == {"workspace": True}
     assert "accelerate" in root["dependency-groups"]["hf"]
     assert set(root["tool"]["uv"]["default-groups"]) == {"dev", "hf"}
+
+
+def test_benchmarks_never_take_the_shim_for_accelerate(capsys):
+    """tools/bench compares accel with Hugging Face Accelerate; with the shim importable the
+    "Accelerate" column would be accel itself, so it is left out with the command to add it."""
+    spec = importlib.util.spec_from_file_location("_bench_common", REPO / "tools/bench/common.py")
+    common = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(common)
+    assert common.import_accelerate() is None
+    assert "accel's shim" in capsys.readouterr().out

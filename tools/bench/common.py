@@ -43,11 +43,15 @@ def report(benchmark: str, baseline: str, candidate: str, samples: dict[str, lis
 def import_accelerate() -> Any:
     """Hugging Face Accelerate when importable (a bench-only extra column: run the bench with
     ``uv run --with accelerate ...``; it is no dependency of the project), else None."""
+    real = "uv run --with 'accelerate!=1.15.0+accel.1' ..."  # not the workspace's shim
     try:
         import accelerate
     except ImportError:
-        print("(accelerate is not installed: its column is left out; "
-              "`uv run --with accelerate ...` adds it)")
+        print(f"(accelerate is not installed: its column is left out; `{real}` adds it)")
+        return None
+    if "+accel" in getattr(accelerate, "__version__", ""):  # packages/accelerate: accel itself
+        print(f"(the importable accelerate is accel's shim, not Hugging Face Accelerate: its "
+              f"column is left out; `{real}` adds the real one)")
         return None
     return accelerate
 

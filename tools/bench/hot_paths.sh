@@ -6,7 +6,8 @@
 #   bash tools/bench/hot_paths.sh [--no-accelerate]
 set -uo pipefail
 cd "$(dirname "$0")"
-RUN=(uv run --with accelerate)
+# The real Accelerate: a bare `accelerate` is met by the workspace's shim (packages/accelerate).
+RUN=(uv run --with 'accelerate!=1.15.0+accel.1')
 [ "${1:-}" = "--no-accelerate" ] && RUN=(uv run)
 status=0
 row() { "${RUN[@]}" "$@" 2>&1 | grep -E "ratio|Error|error:" || status=1; }
