@@ -208,3 +208,18 @@ def test_get_parameters_from_modules_takes_modules_or_a_name_regex():
     # a regex fullmatches module names: "0" is model[0] only, not "1.0"
     assert get_parameters_from_modules("0", model, "cpu") == {model[0].weight, model[0].bias}
     assert get_parameters_from_modules("no_such", model, "cpu") == set()
+
+
+def test_get_module_class_from_name_finds_the_first_module_of_that_class():
+    from accel_parallel.fsdp_compat import get_module_class_from_name
+
+    class Block(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.proj = torch.nn.Linear(2, 2)
+
+    model = torch.nn.Sequential(torch.nn.ReLU(), Block(), Block())
+    assert get_module_class_from_name(model, "Block") is Block
+    assert get_module_class_from_name(model, "Linear") is torch.nn.Linear
+    assert get_module_class_from_name(model, "Sequential") is torch.nn.Sequential  # itself
+    assert get_module_class_from_name(model, "NoSuchBlock") is None

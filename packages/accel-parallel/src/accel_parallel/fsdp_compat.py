@@ -26,7 +26,8 @@ __all__ = ["compile_regions_fsdp2", "disable_fsdp_ram_efficient_loading",
            "enable_fsdp_ram_efficient_loading", "ensure_weights_retied", "fsdp2_apply_ac",
            "fsdp2_canonicalize_names", "fsdp2_load_full_state_dict",
            "fsdp2_prepare_auto_wrap_policy", "fsdp2_prepare_model",
-           "fsdp2_switch_optimizer_parameters", "get_parameters_from_modules"]
+           "fsdp2_switch_optimizer_parameters", "get_module_class_from_name",
+           "get_parameters_from_modules"]
 
 _WRAPPER_PARTS = ("_checkpoint_wrapped_module", "_orig_mod")
 
@@ -49,6 +50,16 @@ def fsdp2_canonicalize_names(named_params: dict[str, Any]) -> dict[str, Any]:
     ``_checkpoint_wrapped_module`` and ``_orig_mod`` path parts are dropped."""
     return {".".join(p for p in name.split(".") if p not in _WRAPPER_PARTS): value
             for name, value in named_params.items()}
+
+
+def get_module_class_from_name(module: torch.nn.Module,
+                               name: str) -> type[torch.nn.Module] | None:
+    """The class named ``name`` of ``module`` or of its first such submodule (depth first),
+    e.g. the transformer block class an FSDP wrap policy names; ``None`` when none is."""
+    for sub in module.modules():
+        if type(sub).__name__ == name:
+            return type(sub)
+    return None
 
 
 def get_parameters_from_modules(modules: Iterable[torch.nn.Module] | str | None,

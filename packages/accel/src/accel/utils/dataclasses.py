@@ -18,6 +18,7 @@ from accel_parallel import (
     TorchTensorParallelConfig,
     TorchTensorParallelPlugin,
 )
+from accel_parallel.fsdp_compat import get_module_class_from_name
 from accel_precision.compat import MSAMPRecipeKwargs
 from accel_precision.kwargs import (
     AORecipeKwargs,
@@ -43,7 +44,7 @@ from accel_tracking import LoggerType
 
 from accel._profiling import ProfileKwargs
 
-__all__ = ["AORecipeKwargs", "AutocastKwargs", "BaseEnum", "BnbQuantizationConfig",
+__all__ = ["get_module_class_from_name", "AORecipeKwargs", "AutocastKwargs", "BaseEnum", "BnbQuantizationConfig",
            "ComputeEnvironment",
            "DDPCommunicationHookType", "DataLoaderConfiguration", "DistributedDataParallelKwargs",
            "DistributedType", "DynamoBackend", "EnumWithContains", "FP8BackendType", "FP8RecipeKwargs",
