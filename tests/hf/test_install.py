@@ -30,7 +30,8 @@ def _accelerate_requirements() -> dict[str, Requirement]:
     for dist in importlib.metadata.distributions():
         for line in dist.requires or ():
             req = Requirement(line)
-            if req.name == "accelerate" and (req.marker is None or req.marker.evaluate({"extra": ""})):
+            applies = req.marker is None or req.marker.evaluate({"extra": ""})
+            if req.name == "accelerate" and applies:
                 found[dist.metadata["Name"]] = req
     return found
 

@@ -66,6 +66,7 @@ def test_trl_sft_trainer_trains_on_text(tmp_path):
     assert isinstance(trainer.accelerator, accel.Accelerator)
     assert trainer.state.global_step == 3
     losses = hf_tiny.losses(trainer)
-    assert sorted(losses) == [1, 2, 3] and all(torch.isfinite(torch.tensor(v)) for v in losses.values())
+    assert sorted(losses) == [1, 2, 3]
+    assert all(torch.isfinite(torch.tensor(v)) for v in losses.values())
     after = hf_tiny.weights(model)
     assert all(not torch.equal(before[name], after[name]) for name in before)

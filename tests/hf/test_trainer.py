@@ -70,7 +70,8 @@ def test_two_processes_accumulate_and_resume(tmp_path, launch, scripts, referenc
     proc = launch("--cpu", "--num_processes", "2", str(scripts / "trainer_two_processes.py"),
                   str(tmp_path))
     lines = [line for line in proc.stdout.splitlines() if line.startswith("HF2 ")]
-    assert proc.returncode == 0 and lines, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr[-6000:]}"
+    assert proc.returncode == 0 and lines, (
+        f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr[-6000:]}")
     report = json.loads(lines[0][4:])
     assert report["accelerator"] == "accel.accelerator"
     assert report["num_processes"] == 2 and report["distributed_type"].endswith("MULTI_CPU")

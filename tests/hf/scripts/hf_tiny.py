@@ -54,7 +54,8 @@ class TokenDataset(torch.utils.data.Dataset):
         return self.size
 
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
-        ids = torch.randint(3, VOCAB, (self.length,), generator=torch.Generator().manual_seed(index))
+        generator = torch.Generator().manual_seed(index)
+        ids = torch.randint(3, VOCAB, (self.length,), generator=generator)
         return {"input_ids": ids, "labels": ids.clone()}
 
 

@@ -36,7 +36,7 @@ _TARGET = "accel"
 
 
 def _real_accelerates() -> list[str]:
-    """``"<version> in <folder>"`` for each visible ``accelerate`` distribution that is not a shim."""
+    """``"<version> in <folder>"`` for each visible ``accelerate`` distribution but the shim."""
     found = []
     for dist in importlib.metadata.distributions(name=__name__):
         if not (dist.metadata["Summary"] or "").startswith(_SHIM_SUMMARY):
