@@ -8,7 +8,7 @@ import os
 import pytest
 from accel_launch import launch_compat
 from accel_launch.launch_compat import PrepareForLaunch, _filter_args, setup_fp8_env
-from accel_state import ConfigurationError
+from accel_state import ConfigurationError, DistributedType
 
 
 def test_filter_args_keeps_only_what_the_parser_knows():
@@ -60,6 +60,8 @@ def test_prepare_for_launch_sets_ranks_and_calls_the_function(monkeypatch):
 
     assert PrepareForLaunch(train, distributed_type="MULTI_CPU")(1, "x", 2) == "done"
     assert seen == {"a": "x", "b": 2, "local": "1", "rank": "3", "fork": "1"}
+    member = PrepareForLaunch(train, distributed_type=DistributedType.MULTI_CPU)  # the enum too
+    assert member.distributed_type is DistributedType.MULTI_CPU
 
 
 def test_prepare_for_launch_without_distribution_sets_no_ranks(monkeypatch):

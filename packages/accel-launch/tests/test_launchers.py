@@ -31,7 +31,7 @@ def _record(out: str, tag: str) -> None:
     total = torch.tensor([float(state.process_index + 1)])
     torch.distributed.all_reduce(total)
     with open(os.path.join(out, f"{tag}{state.process_index}.json"), "w") as f:
-        json.dump({"world": state.num_processes, "type": str(state.distributed_type),
+        json.dump({"world": state.num_processes, "type": state.distributed_type.value,
                    "sum": total.item(), "fork": env.FORK_LAUNCHED.get(),
                    "precision": env.MIXED_PRECISION.get()}, f)
 

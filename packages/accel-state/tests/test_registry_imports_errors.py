@@ -73,7 +73,7 @@ def test_error_hierarchy_subclasses_builtins():
 
 def test_enums_and_kwargs_handler():
     assert "MULTI_CPU" in DistributedType and "NOPE" not in DistributedType
-    assert str(DistributedType.MULTI_CPU) == "MULTI_CPU"
+    assert DistributedType.MULTI_CPU == "MULTI_CPU" == DistributedType.MULTI_CPU.value
     assert "NO" in DistributedType.list()
     handler = InitProcessGroupKwargs(timeout=30)
     assert handler.timeout.total_seconds() == 30
@@ -81,3 +81,22 @@ def test_enums_and_kwargs_handler():
     assert InitProcessGroupKwargs().to_kwargs() == {}
     with pytest.raises(ConfigurationError, match="positive"):
         InitProcessGroupKwargs(timeout=0)
+
+
+def test_distributed_type_prints_like_accelerate():
+    # Accelerate 1.15: DistributedType is a plain (str, Enum), so str() gives its class name
+    # (and so do format() and f-strings from Python 3.11), and it still equals its value
+    import sys
+
+    from accel_state import ComputeEnvironment, SageMakerDistributedType
+
+    member = DistributedType.NO
+    assert str(member) == "DistributedType.NO"
+    if sys.version_info >= (3, 11):
+        assert format(member) == f"{member}" == "{}".format(member) == "DistributedType.NO"
+        assert f"{DistributedType.MULTI_GPU:>30}" == "     DistributedType.MULTI_GPU"
+    assert member == "NO" and member.value == "NO" and hash(member) == hash("NO")
+    assert repr(member) == "<DistributedType.NO: 'NO'>"
+    assert str(ComputeEnvironment.LOCAL_MACHINE) == "ComputeEnvironment.LOCAL_MACHINE"
+    assert str(SageMakerDistributedType.NO) == "SageMakerDistributedType.NO"
+    assert DistributedType(member.value) is member and DistributedType.list()[0] == "NO"

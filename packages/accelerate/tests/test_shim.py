@@ -47,6 +47,21 @@ def test_every_accel_module_is_the_same_object_under_accelerate() -> None:
         assert sys.modules[alias] is sys.modules[name]
 
 
+def test_importing_a_submodule_by_its_alias_leaves_the_parents_names_alone() -> None:
+    # accel.utils binds the name ``tqdm`` to the function from its submodule of that name;
+    # importing ``accelerate.utils.tqdm`` must not rebind it to the submodule
+    done = _run("""
+        import accel.utils, accel_tracking
+        import accelerate.utils.tqdm
+        from accelerate.utils import tqdm
+        assert accel.utils.tqdm is accel_tracking.tqdm is tqdm, accel.utils.tqdm
+        assert accelerate.utils.tqdm is accel_tracking.tqdm
+        import accelerate.utils.modeling as modeling, accel.utils.modeling
+        assert modeling is accel.utils.modeling
+    """)
+    assert done.returncode == 0, done.stderr
+
+
 def test_root_names_are_accels_and_only_the_version_is_its_own() -> None:
     assert accelerate.Accelerator is accel.Accelerator
     assert accelerate.PartialState is accel.PartialState

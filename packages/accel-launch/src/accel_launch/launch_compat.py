@@ -73,11 +73,12 @@ class PrepareForLaunch:
                  debug: bool = False) -> None:
         if not callable(launcher):
             raise ConfigurationError(f"PrepareForLaunch(launcher={launcher!r}) must be callable.")
-        if str(distributed_type) not in DistributedType:
+        name = str(getattr(distributed_type, "value", distributed_type))  # str(member): "X.NO"
+        if name not in DistributedType:
             raise ConfigurationError(f"PrepareForLaunch(distributed_type={distributed_type!r}) "
                                      f"must be one of {DistributedType.list()}.")
         self.launcher = launcher
-        self.distributed_type = DistributedType(str(distributed_type))
+        self.distributed_type = DistributedType(name)
         self.debug = debug
 
     def __call__(self, index: int, *args: Any) -> Any:

@@ -20,7 +20,8 @@ class EnumWithContains(enum.EnumMeta):
 
 
 class BaseEnum(str, enum.Enum, metaclass=EnumWithContains):
-    """A ``str`` enum whose members print as their value."""
+    """A ``str`` enum whose members print as their value (Accelerate's ``BaseEnum``:
+    ``PrecisionType``, ``LoggerType``, ...)."""
 
     def __str__(self) -> str:
         return str(self.value)
@@ -30,8 +31,22 @@ class BaseEnum(str, enum.Enum, metaclass=EnumWithContains):
         return [str(member.value) for member in cls]
 
 
-class DistributedType(BaseEnum):
-    """How the processes of a run cooperate."""
+class _NamedStrEnum(str, enum.Enum, metaclass=EnumWithContains):
+    """A ``str`` enum that prints as ``Class.MEMBER`` (Accelerate's plain ``(str, Enum)``).
+
+    ``str()``, ``format()`` and f-strings give ``"DistributedType.NO"``, as in Accelerate;
+    the member still equals its value (``DistributedType.NO == "NO"``) and ``.value`` is
+    the bare name. Use ``.value`` wherever the bare name must be written out.
+    """
+
+    @classmethod
+    def list(cls) -> list[str]:
+        return [str(member.value) for member in cls]
+
+
+class DistributedType(_NamedStrEnum):
+    """How the processes of a run cooperate (prints as ``DistributedType.NO``, as in
+    Accelerate; ``.value`` is ``"NO"``)."""
 
     NO = "NO"
     MULTI_CPU = "MULTI_CPU"
@@ -49,12 +64,12 @@ class DistributedType(BaseEnum):
     MEGATRON_LM = "MEGATRON_LM"
 
 
-class ComputeEnvironment(BaseEnum):
+class ComputeEnvironment(_NamedStrEnum):
     LOCAL_MACHINE = "LOCAL_MACHINE"
     AMAZON_SAGEMAKER = "AMAZON_SAGEMAKER"
 
 
-class SageMakerDistributedType(BaseEnum):
+class SageMakerDistributedType(_NamedStrEnum):
     NO = "NO"
     DATA_PARALLEL = "DATA_PARALLEL"
     MODEL_PARALLEL = "MODEL_PARALLEL"

@@ -66,7 +66,16 @@ class _AliasLoader(importlib.abc.Loader):
         return None  # a throwaway module; ``exec_module`` replaces it
 
     def exec_module(self, module: ModuleType) -> None:
-        sys.modules[module.__name__] = importlib.import_module(self.target)
+        alias = module.__name__
+        sys.modules[alias] = importlib.import_module(self.target)
+        # Alias the target's already-loaded submodules too, so that a later
+        # ``import accelerate.utils.tqdm`` finds it in ``sys.modules``. Loading it afresh
+        # would make the import system bind the submodule onto its parent, i.e. overwrite
+        # ``accel.utils.tqdm`` (the function) with the module ``accel.utils.tqdm``.
+        inner = self.target + "."
+        for name, loaded in list(sys.modules.items()):
+            if name.startswith(inner):
+                sys.modules.setdefault(alias + name[len(self.target):], loaded)
 
 
 class _AliasFinder:
