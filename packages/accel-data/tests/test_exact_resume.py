@@ -4,10 +4,16 @@ torch RNG, and a pass abandoned on its last batch."""
 from __future__ import annotations
 
 import gc
+import json
 
 import pytest
 import torch
-from accel_data import SeedableRandomSampler, get_sampler, prepare_data_loader, skip_first_batches
+from accel_data import (
+    ReplayableRandomSampler,
+    get_sampler,
+    prepare_data_loader,
+    skip_first_batches,
+)
 from torch.utils.data import DataLoader, IterableDataset, RandomSampler
 
 
@@ -30,82 +36,93 @@ def _flat(loader):
     return [b.tolist() for b in loader]
 
 
-def _shuffled(**kwargs):
-    return prepare_data_loader(DataLoader(list(range(20)), batch_size=3, shuffle=True, **kwargs))
+def _shuffled(seedable=None, **kwargs):
+    options = {} if seedable is None else {"use_seedable_sampler": True, "data_seed": seedable}
+    return prepare_data_loader(DataLoader(list(range(20)), batch_size=3, shuffle=True, **kwargs),
+                               **options)
 
 
-def test_default_shuffle_is_seedable_and_its_state_resumes_the_epoch():
+def test_default_shuffle_is_torchs_sampler_and_its_state_resumes_the_epoch():
     torch.manual_seed(0)
     truth = _shuffled()
-    assert isinstance(get_sampler(truth), SeedableRandomSampler)
+    assert isinstance(get_sampler(truth), ReplayableRandomSampler)
     epochs = [_flat(truth) for _ in range(3)]
     assert epochs[0] != epochs[1]
-    torch.manual_seed(0)  # the seed is drawn at prepare time: same seed, same run
+    torch.manual_seed(0)  # each pass draws from the global RNG (Accelerate): same seed, same run
     run = _shuffled()
     assert _flat(run) == epochs[0]
     for k, _ in enumerate(run, start=1):
         if k == 3:
             break
     state = run.state_dict()
-    assert state["epoch"] == 1 and state["batches_yielded"] == 3 and "sampler_seed" in state
-    torch.manual_seed(999)  # a restarted process: the state brings the seed back
+    assert state["epoch"] == 1 and state["batches_yielded"] == 3 and "sampler_draw" in state
+    json.dumps(state)  # plain data, for a checkpoint's JSON
+    torch.manual_seed(999)  # a restarted process: the state brings the pass's draw back
     fresh = _shuffled()
     fresh.load_state_dict(state)
+    before = torch.get_rng_state()
     assert _flat(fresh) == epochs[1][3:]
-    assert _flat(fresh) == epochs[2]
+    assert torch.equal(torch.get_rng_state(), before)  # the resumed pass drew nothing
 
 
-def test_shuffle_seed_comes_from_the_user_generator_which_is_not_advanced():
+def test_a_user_generator_is_drawn_from_as_in_accelerate_and_resumes():
+    def make():
+        return _shuffled(generator=torch.Generator().manual_seed(4))
+
+    truth = make()
+    epochs = [_flat(truth) for _ in range(2)]
+    generator = get_sampler(truth).generator
+    assert generator is truth.generator  # the user's generator, shared as in torch
+    run = make()
+    for k, _ in enumerate(run, start=1):
+        if k == 2:
+            break
+    state = run.state_dict()
+    fresh = make()
+    fresh.load_state_dict(state)
+    assert _flat(fresh) == epochs[0][2:]
+    assert torch.equal(fresh.generator.get_state(), make_after(1))
+    assert _flat(fresh) == epochs[1]
+
+
+def make_after(epochs):
+    """The user generator's state after ``epochs`` passes of ``_shuffled`` (torch's draws:
+    one base seed per iterator, then the permutation and its empty remainder)."""
     generator = torch.Generator().manual_seed(4)
-    before = generator.get_state()
-    loader = _shuffled(generator=generator)
-    assert get_sampler(loader).initial_seed == 4
-    _flat(loader), _flat(loader)
-    assert torch.equal(generator.get_state(), before)
+    for _ in range(epochs):
+        torch.empty((), dtype=torch.int64).random_(generator=generator)
+        torch.randperm(20, generator=generator)
+        torch.randperm(20, generator=generator)
+    return generator.get_state()
+
+
+def test_replacement_samplers_are_left_as_they_are():
     sampled = prepare_data_loader(DataLoader(list(range(8)), batch_size=2, sampler=RandomSampler(
         range(8), replacement=True)))
-    assert type(get_sampler(sampled)) is RandomSampler  # only plain ones are replaced
+    assert type(get_sampler(sampled)) is ReplayableRandomSampler
+    assert get_sampler(sampled).replacement
 
 
-@pytest.mark.parametrize("make", [
-    lambda: _shuffled(),
-    lambda: prepare_data_loader(DataLoader(list(range(7)), batch_size=2)),
-    lambda: prepare_data_loader(DataLoader(Stream(), batch_size=2)),
-    lambda: skip_first_batches(_shuffled(), 2),
-], ids=["shuffled", "sequential", "iterable", "skipped"])
-def test_iterating_never_touches_the_global_rng(make):
-    loader = make()
-    before = torch.get_rng_state()
-    _flat(loader), _flat(loader)
-    for _ in loader:
-        break
-    loader.load_state_dict(loader.state_dict())
-    _flat(loader)
-    assert torch.equal(torch.get_rng_state(), before)
+@pytest.mark.parametrize("options", [{}, {"use_seedable_sampler": True},
+                                     {"use_seedable_sampler": True, "data_seed": 3},
+                                     {"generator": 5}], ids=["torch", "seedable", "data_seed",
+                                                             "generator"])
+def test_resume_matches_batches_and_global_rng_of_the_uninterrupted_run(options):
+    options = dict(options)
+    seed = options.pop("generator", None)
 
-
-def test_stateful_loader_never_touches_the_global_rng():
-    pytest.importorskip("torchdata.stateful_dataloader")
-    loader = prepare_data_loader(DataLoader(list(range(10)), batch_size=2, shuffle=True),
-                                 use_stateful_dataloader=True)
-    before = torch.get_rng_state()
-    _flat(loader), _flat(loader)
-    assert torch.equal(torch.get_rng_state(), before)
-
-
-@pytest.mark.parametrize("data_seed", [None, 3])
-def test_resume_matches_batches_and_global_rng_of_the_uninterrupted_run(data_seed):
     def make():
         torch.manual_seed(0)
-        return _shuffled() if data_seed is None else prepare_data_loader(
-            DataLoader(list(range(20)), batch_size=3, shuffle=True), data_seed=data_seed)
+        generator = None if seed is None else torch.Generator().manual_seed(seed)
+        return prepare_data_loader(DataLoader(list(range(20)), batch_size=3, shuffle=True,
+                                              generator=generator), **options)
 
     def step(batch, log):  # stands for dropout: one global draw per batch
         log.append((batch.tolist(), torch.rand(()).item()))
 
     reference: list = []
     loader = make()
-    for _ in range(2):
+    for _ in range(3):
         for batch in loader:
             step(batch, reference)
     expected_rng = torch.get_rng_state()
@@ -118,43 +135,38 @@ def test_resume_matches_batches_and_global_rng_of_the_uninterrupted_run(data_see
         step(batch, interrupted)
         if k == 3:
             state, rng = loader.state_dict(), torch.get_rng_state()
+            user = None if seed is None else loader.generator.get_state()
             break
 
     torch.manual_seed(1234)
     fresh = make()
     fresh.load_state_dict(state)
     torch.set_rng_state(rng)  # what a checkpoint restores
+    if user is not None:
+        fresh.generator.set_state(user)
     resumed = list(interrupted)
-    for batch in fresh:
-        step(batch, resumed)
+    for _ in range(2):
+        for batch in fresh:
+            step(batch, resumed)
     assert resumed == reference
     assert torch.equal(torch.get_rng_state(), expected_rng)
 
 
-def test_worker_seeds_differ_per_epoch_and_are_a_function_of_seed_and_epoch():
+def test_worker_seeds_come_from_the_user_generator_as_in_accelerate():
     def make():
-        return prepare_data_loader(DataLoader(Noisy(), batch_size=2, num_workers=1),
-                                   data_seed=1)
+        return prepare_data_loader(DataLoader(Noisy(), batch_size=2, num_workers=1,
+                                              generator=torch.Generator().manual_seed(1)))
 
     loader = make()
     epochs = [_flat(loader) for _ in range(2)]
     assert [r[1] for b in epochs[0] for r in b] != [r[1] for b in epochs[1] for r in b]
     torch.manual_seed(5)  # the global RNG plays no part
-    fresh = make()
-    fresh.load_state_dict({"epoch": 1, "batches_yielded": 0})
-    assert _flat(fresh) == epochs[1]  # data_seed fixes the worker seeds too
-    unseeded = prepare_data_loader(DataLoader(Noisy(), batch_size=2, num_workers=1))
-    state = unseeded.state_dict()
-    assert set(state) == {"epoch", "batches_yielded", "loader_seed"}
-    first = _flat(unseeded)
-    restarted = prepare_data_loader(DataLoader(Noisy(), batch_size=2, num_workers=1))
-    restarted.load_state_dict(state)  # the state carries the prepare-time seed
-    assert _flat(restarted) == first
+    assert [_flat(fresh) for fresh in [make()] for _ in range(2)] == epochs
 
 
 def test_break_on_the_last_batch_finishes_the_epoch():
-    loader = _shuffled()
-    reference = _shuffled()
+    loader = _shuffled(seedable=7)
+    reference = _shuffled(seedable=7)
     reference.load_state_dict(loader.state_dict())  # same seed
     epochs = [_flat(reference) for _ in range(3)]
     for k, _ in enumerate(loader, start=1):
@@ -170,10 +182,8 @@ def test_break_on_the_last_batch_finishes_the_epoch():
 
 
 def test_a_pass_left_on_its_last_batch_counts_as_done():
-    loader = prepare_data_loader(DataLoader(list(range(20)), batch_size=3, shuffle=True),
-                                 data_seed=7)
-    reference = prepare_data_loader(DataLoader(list(range(20)), batch_size=3, shuffle=True),
-                                    data_seed=7)
+    loader = _shuffled(seedable=7)
+    reference = _shuffled(seedable=7)
     epochs = [_flat(reference) for _ in range(3)]
     held = iter(loader)
     for _ in epochs[0]:

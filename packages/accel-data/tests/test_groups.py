@@ -37,8 +37,11 @@ def test_the_world_is_read_from_the_group(gloo_group):
     torch.manual_seed(3)
     loader = prepare_data_loader(_loader(shuffle=True), group=group)
     assert isinstance(loader, DataLoaderShard) and not isinstance(loader, DataLoaderDispatcher)
+    assert get_sampler(loader).generator is None  # one process: torch's sampler as it is
+    torch.manual_seed(3)
+    loader = prepare_data_loader(_loader(shuffle=True), group=group, use_seedable_sampler=True)
     sampler = get_sampler(loader)
-    assert isinstance(sampler, SeedableRandomSampler) and sampler.initial_seed == drawn
+    assert isinstance(sampler, SeedableRandomSampler) and sampler.initial_seed == 3 != drawn
     assert sorted(_indices(loader)) == list(range(10))
     same = prepare_data_loader(_loader(), num_processes=1, process_index=0, group=group)
     assert _indices(same) == list(range(10))

@@ -9,6 +9,7 @@ from accel_data import (
     BatchSamplerShard,
     DataLoaderShard,
     IterableDatasetShard,
+    ReplayableRandomSampler,
     SeedableRandomSampler,
     get_sampler,
     prepare_data_loader,
@@ -40,7 +41,7 @@ def _ranks(dataloader, num=2, **kwargs):
 @pytest.mark.parametrize("num", [2, 3])
 def test_shuffled_shards_are_disjoint_and_cover_the_dataset(num):
     loader = DataLoader(_dataset(24), batch_size=4, shuffle=True)
-    shards = _ranks(loader, num, data_seed=123)
+    shards = _ranks(loader, num, use_seedable_sampler=True, data_seed=123)
     seen = [_indices(s) for s in shards]
     assert sorted(i for s in seen for i in s) == list(range(24))
     assert seen[0] != list(range(len(seen[0])))  # actually shuffled
@@ -52,7 +53,7 @@ def test_shuffled_shards_are_disjoint_and_cover_the_dataset(num):
 
 def test_uneven_shuffled_shards_pad_with_the_epoch_start():
     loader = DataLoader(_dataset(10), batch_size=3, shuffle=True)
-    shards = _ranks(loader, 2, data_seed=5)
+    shards = _ranks(loader, 2, use_seedable_sampler=True, data_seed=5)
     per_rank = [[b[0].tolist() for b in s] for s in shards]
     interleaved = [i for k in range(2) for r in range(2) for i in per_rank[r][k]]
     assert sorted(interleaved[:10]) == list(range(10))
@@ -80,8 +81,8 @@ def test_single_process_seedable_sampler_is_reproducible():
     first = prepare_data_loader(loader, use_seedable_sampler=True, data_seed=3)
     second = prepare_data_loader(loader, use_seedable_sampler=True, data_seed=3)
     assert _indices(first) == _indices(second)
-    # Always seedable (exact resume), unlike Accelerate without use_seedable_sampler.
-    assert type(get_sampler(prepare_data_loader(loader))) is SeedableRandomSampler
+    # Without use_seedable_sampler torch's sampler stays (as in Accelerate), replayable.
+    assert type(get_sampler(prepare_data_loader(loader))) is ReplayableRandomSampler
 
 
 def test_carries_loader_settings_and_moves_to_device():
@@ -169,25 +170,24 @@ def test_custom_batch_sampler_over_random_sampler_is_copied():
 
     original = Batches(RandomSampler(range(8)))
     loader = DataLoader(_dataset(8), batch_sampler=original)
-    shards = _ranks(loader, 2, data_seed=9)
+    shards = _ranks(loader, 2, use_seedable_sampler=True, data_seed=9)
     assert sorted(i for s in shards for i in _indices(s)) == list(range(8))
     assert type(original.sampler) is RandomSampler
 
 
 def test_errors_name_the_fix():
     loader = DataLoader(_dataset(8), batch_size=3, shuffle=True)
-    with pytest.raises(ConfigurationError, match="data_seed"):
-        prepare_data_loader(loader, num_processes=2, process_index=0)
-    with pytest.raises(ConfigurationError, match="3 is not divisible by 2"):
-        prepare_data_loader(loader, num_processes=2, process_index=0, split_batches=True,
-                            data_seed=0)
+    # Accelerate's type (ValueError) and sentence, then the fix
+    with pytest.raises(ValueError, match=r"batch size \(3\) needs to be a round multiple of "
+                       r"the number of processes \(2\)\. Use a batch size that is a multiple"):
+        prepare_data_loader(loader, num_processes=2, process_index=0, split_batches=True)
     with pytest.raises(ConfigurationError, match="device="):
         prepare_data_loader(loader, put_on_device=True)
     with pytest.raises(ConfigurationError, match="process_index"):
         prepare_data_loader(loader, num_processes=2, process_index=2, data_seed=0)
     with pytest.raises(ConfigurationError, match="DataLoader"):
         prepare_data_loader([1, 2, 3])
-    with pytest.raises(ConfigurationError, match="batch_size=None"):
+    with pytest.raises(ConfigurationError, match="does not have the `batch_size` attribute"):
         _ranks(DataLoader(_dataset(4), batch_size=None), 2, split_batches=True)
 
 
@@ -208,10 +208,11 @@ def test_world_is_read_from_torch_distributed(tmp_path):
         torch.manual_seed(42)
         drawn = int(torch.empty((), dtype=torch.int64).random_().item())
         torch.manual_seed(42)
-        seeded = prepare_data_loader(loader)  # one process: one draw from the global RNG
-        assert get_sampler(seeded).initial_seed == drawn
-        half = prepare_data_loader(loader, num_processes=2)  # rank from the group, no data_seed
-        assert get_sampler(half).initial_seed == 42  # several: rank 0's seed, broadcast
+        seeded = prepare_data_loader(loader, use_seedable_sampler=True)
+        assert get_sampler(seeded).initial_seed == 42  # torch.initial_seed(), rank 0's
+        half = prepare_data_loader(loader, num_processes=2)  # rank from the group
+        # several processes: the sampler gets a generator seeded by one global draw
+        assert get_sampler(half).generator.initial_seed() == drawn
         assert half.batch_sampler.process_index == 0 and len(half) == 2
         assert len(_indices(half)) == 4
     finally:

@@ -30,8 +30,10 @@ def test_epochs_and_seeds_differ():
     orders = [_order(sampler, epoch) for epoch in range(3)]
     assert len({tuple(o) for o in orders}) == 3
     assert _order(SeedableRandomSampler(range(50), data_seed=4), 0) != orders[0]
-    # (seed, epoch + 1) is not (seed + 1, epoch)
-    assert _order(SeedableRandomSampler(range(50), data_seed=4), 0) != orders[1]
+    # Accelerate's rule: epoch e of seed s is seed s + e (so (3, 1) is (4, 0))
+    assert _order(SeedableRandomSampler(range(50), data_seed=4), 0) == orders[1]
+    generator = torch.Generator().manual_seed(4)
+    assert orders[1] == torch.randperm(50, generator=generator).tolist()
 
 
 def test_epoch_advances_after_a_full_pass():
@@ -42,14 +44,18 @@ def test_epoch_advances_after_a_full_pass():
 
 
 def test_seed_sources():
-    gen = torch.Generator().manual_seed(11)
-    assert SeedableRandomSampler(range(5), generator=gen).initial_seed == 11
-    assert SeedableRandomSampler(range(5), generator=gen, data_seed=2).initial_seed == 2
     torch.manual_seed(5)
+    gen = torch.Generator().manual_seed(11)
+    # Accelerate's: data_seed, else torch.initial_seed() (the generator's seed is not used)
+    assert SeedableRandomSampler(range(5), generator=gen).initial_seed == 5
+    assert SeedableRandomSampler(range(5), generator=gen, data_seed=2).initial_seed == 2
     assert SeedableRandomSampler(range(5)).initial_seed == 5
-    before = gen.get_state()
-    list(SeedableRandomSampler(range(5), generator=gen))
-    assert torch.equal(before, gen.get_state())  # the user's generator is not advanced
+    sampler = SeedableRandomSampler(range(5), generator=gen, data_seed=2)
+    list(sampler)  # the user's generator is the one re-seeded and drawn from, as in Accelerate
+    after = torch.Generator().manual_seed(2)
+    torch.randperm(5, generator=after)
+    torch.randperm(5, generator=after)  # torch's sampler draws the (empty) remainder too
+    assert torch.equal(after.get_state(), gen.get_state()) and sampler.generator is gen
 
 
 def test_num_samples_and_replacement():

@@ -13,7 +13,12 @@ from accel_data.dispatcher import DataLoaderDispatcher, slice_batch
 from accel_data.loaders import DataLoaderShard, DataLoaderStateMixin, UnsizedLoaderError
 from accel_data.metrics import gather_for_metrics
 from accel_data.prepare import prepare_data_loader
-from accel_data.samplers import SeedableRandomSampler, SkipBatchSampler, get_sampler
+from accel_data.samplers import (
+    ReplayableRandomSampler,
+    SeedableRandomSampler,
+    SkipBatchSampler,
+    get_sampler,
+)
 from accel_data.sharding import BatchSamplerShard, IterableDatasetShard
 from accel_data.skip import SkipDataLoader, skip_first_batches
 
@@ -27,6 +32,7 @@ __all__ = [
     "DataLoaderShard",
     "DataLoaderStateMixin",
     "IterableDatasetShard",
+    "ReplayableRandomSampler",
     "SeedableRandomSampler",
     "SkipBatchSampler",
     "SkipDataLoader",

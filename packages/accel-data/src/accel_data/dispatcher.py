@@ -320,7 +320,6 @@ class DataLoaderDispatcher(DataLoaderShard):
     def __iter__(self) -> Iterator[Any]:
         self._settle()  # a previous pass left on its last batch is over
         self.set_epoch(self.iteration)
-        self._seed_pass()
         skip = self._pending_skip()
         self.begin()
         self._yielded = skip

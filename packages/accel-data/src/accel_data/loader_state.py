@@ -11,7 +11,7 @@ from typing import Any
 from accel_state.errors import ConfigurationError
 from accel_state.state import GradientState
 
-from accel_data.samplers import get_sampler
+from accel_data.samplers import decode_draw, encode_draw, get_sampler
 
 __all__ = ["DataLoaderStateMixin"]
 
@@ -36,6 +36,7 @@ class DataLoaderStateMixin:
     iteration: int = 0  # epoch of the next pass; advanced after each complete pass
     _yielded: int = 0  # batches of epoch `iteration` handed out (skipped ones included)
     _skip_plan: tuple[int, int] | None = None  # (epoch, batches) to skip in that epoch only
+    _resumed = False  # the next pass continues one that load_state_dict() restored
     # Set when a pass hands out its last batch: the epoch is done even if the pass is then
     # abandoned (``break`` on the last batch) or never resumed. Identifies that pass.
     _pending_finish: object | None = None
@@ -89,23 +90,27 @@ class DataLoaderStateMixin:
         self._skip_plan = (self.iteration, num_batches) if num_batches else None
 
     def state_dict(self) -> dict[str, Any]:
-        """The position as plain ints: ``epoch``, ``batches_yielded``, and ``sampler_seed``
-        (a seedable sampler's) or else ``loader_seed`` (the worker seeds' source).
+        """The position as plain data: ``epoch``, ``batches_yielded``, ``sampler_seed`` (a
+        seedable sampler's) and, mid-pass over torch's shuffling sampler, ``sampler_draw``:
+        what that pass's permutation was drawn from (a seed, or a generator state).
 
         Taken mid-pass it is the batches handed out so far; taken on the last batch (or
         after it) it is the start of the next epoch.
         """
         epoch, done = self.iteration, self._yielded
+        sampler = get_sampler(self)  # type: ignore[arg-type]
+        draw = getattr(sampler, "pass_state", None)
         if self._skip_plan is not None and self._skip_plan[0] == epoch and not done:
             done = self._skip_plan[1]  # loaded but not iterated yet
+            draw = getattr(sampler, "_replay", None)
         if self._pending_finish is not None:  # the last batch is out: the epoch is done
             epoch, done = epoch + 1, 0
         state: dict[str, Any] = {"epoch": epoch, "batches_yielded": done}
-        seed = getattr(get_sampler(self), "initial_seed", None)  # type: ignore[arg-type]
+        seed = getattr(sampler, "initial_seed", None)
         if isinstance(seed, int):
             state["sampler_seed"] = seed
-        elif isinstance(getattr(self, "_loader_seed", None), int):
-            state["loader_seed"] = self._loader_seed  # worker seeds of an unshuffled loader
+        if done and draw is not None:
+            state["sampler_draw"] = encode_draw(draw)
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -119,12 +124,14 @@ class DataLoaderStateMixin:
         self.set_epoch(epoch)  # type: ignore[attr-defined]
         self._yielded = 0
         self._skip_plan = (epoch, done) if done else None
+        self._resumed = bool(done)  # that pass drew its random numbers before the checkpoint
         seed = state_dict.get("sampler_seed")
         sampler = get_sampler(self)  # type: ignore[arg-type]
         if seed is not None and hasattr(sampler, "initial_seed"):
             sampler.initial_seed = int(seed)
-        if state_dict.get("loader_seed") is not None:
-            self._loader_seed = int(state_dict["loader_seed"])
+        draw = state_dict.get("sampler_draw")
+        if draw is not None and done and hasattr(sampler, "replay"):
+            sampler.replay(decode_draw(draw))
 
     def _hand_out_last(self) -> object:
         """The last batch of this pass is about to be yielded: from now on the epoch is done."""
@@ -152,8 +159,8 @@ class DataLoaderStateMixin:
         attributes["_yielded"] = self._yielded
         try:
             current = next(batches, _END)
-            if current is _END:
-                self._finish_pass()
+            if current is _END:  # an epoch with no batch is not counted (as in Accelerate)
+                self._finish_pass(advance=self._yielded > 0)  # unless all were skipped
                 return
             if move is not None:
                 current = move(current)
@@ -171,10 +178,11 @@ class DataLoaderStateMixin:
                 self._settle(token)
             self.end()
 
-    def _finish_pass(self) -> None:
-        """A pass ran to its end: the next one is the next epoch, from its start."""
+    def _finish_pass(self, advance: bool = True) -> None:
+        """A pass ran to its end: the next one is the next epoch (``advance``), from its
+        start."""
         self._pending_finish = None
-        self.iteration += 1
+        self.iteration += int(advance)
         self._yielded = 0
         self._skip_plan = None
         origin = getattr(self, "_origin", None)

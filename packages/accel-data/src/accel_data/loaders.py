@@ -12,6 +12,7 @@ indices).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -22,7 +23,7 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from accel_data.loader_state import _END, DataLoaderStateMixin
 from accel_data.placement import async_safe, onto_cpu
-from accel_data.samplers import SkipBatchSampler, draw_seed, get_sampler, pass_seed
+from accel_data.samplers import SkipBatchSampler, get_sampler, keep_rng
 
 __all__ = ["DataLoaderStateMixin", "DataLoaderShard", "UnsizedLoaderError"]
 
@@ -36,12 +37,12 @@ class DataLoaderShard(DataLoaderStateMixin, DataLoader):
     ``device=None`` batches are left where the workers made them. ``rng_types`` (e.g.
     ``["generator"]``, ``["torch"]``) are synchronised from rank 0 at the start of every pass.
 
-    Iterating never touches the global torch RNG: the loader has its own ``generator``
-    (the user's is not advanced), re-seeded at the start of every pass from the index
-    sampler's seed (a ``SeedableRandomSampler``), else from a seed fixed at construction
-    (the user's generator's seed, else one draw from the global RNG), and the epoch. So
-    the worker base seed torch draws per iterator differs per epoch, and a resumed run
-    draws exactly what the uninterrupted one did.
+    Random numbers are drawn as Accelerate's loader draws them: each pass takes torch's
+    worker base seed from the user's ``generator`` (else the global RNG) and the sampler
+    draws as it would in Accelerate, so a seeded script sees the same batches and leaves
+    the RNGs in the same state. A pass resumed from ``load_state_dict`` redraws the
+    interrupted pass's permutation and consumes nothing (those draws were made before the
+    checkpoint, whose RNG states are restored with it).
     """
 
     _is_accelerate_prepared = True
@@ -61,14 +62,10 @@ class DataLoaderShard(DataLoaderStateMixin, DataLoader):
                  non_blocking: bool = False, rng_types: list[Any] | None = None,
                  synchronized_generator: torch.Generator | None = None,
                  loader_seed: int | None = None, **kwargs: Any) -> None:
+        # ``loader_seed`` is accepted for older callers and unused: the loader draws its
+        # worker base seed from the user's generator (else the global RNG), as Accelerate's.
         kwargs.pop("use_stateful_dataloader", None)  # chose the class in __new__
-        user_generator = kwargs.get("generator")
         super().__init__(dataset, **kwargs)
-        self.generator = torch.Generator()
-        self._loader_seed = None if loader_seed is None else int(loader_seed)
-        if self._loader_seed is None and not isinstance(self._sampler_seed(), int):
-            self._loader_seed = (user_generator.initial_seed() if user_generator is not None
-                                 else draw_seed())
         self.device = torch.device(device) if device is not None else None
         self.non_blocking = bool(non_blocking)
         # "generator" needs a generator to synchronise; without one it is dropped (Accelerate)
@@ -165,20 +162,6 @@ class DataLoaderShard(DataLoaderStateMixin, DataLoader):
                 "`sampler` attribute; build a new DataLoader with the sampler instead.")
         node.sampler = sampler
 
-    def _sampler_seed(self) -> int | None:
-        seed = getattr(get_sampler(self), "initial_seed", None)
-        return seed if isinstance(seed, int) else None
-
-    def _seed_pass(self) -> None:
-        """Re-seed the loader's own generator for the epoch this pass iterates: from the
-        sampler's seed when it has one, else from ``loader_seed``."""
-        seed = self._sampler_seed()
-        if seed is None:
-            if self._loader_seed is None:  # the seedable sampler was replaced meanwhile
-                self._loader_seed = draw_seed()
-            seed = self._loader_seed
-        self.generator.manual_seed(pass_seed(seed, self.iteration))
-
     def set_epoch(self, epoch: int) -> None:
         """Set the epoch of the next pass on the samplers and the dataset that take one."""
         self._pending_finish = None  # an explicit epoch overrides a pass left on its last batch
@@ -210,8 +193,10 @@ class DataLoaderShard(DataLoaderStateMixin, DataLoader):
         self.__dict__["_skip_sampler"] = wrapper
         if self._iterator is not None:
             self._iterator._index_sampler = wrapper
+        resumed, self._resumed = self._resumed, False
         try:
-            iterator = super().__iter__()
+            with keep_rng(self.generator) if resumed else nullcontext():
+                iterator = super().__iter__()  # its base seed was drawn before the checkpoint
         finally:
             del self.__dict__["_skip_sampler"]
         iterator._index_sampler = base  # later passes of a persistent iterator skip nothing
@@ -233,7 +218,6 @@ class DataLoaderShard(DataLoaderStateMixin, DataLoader):
         if self.rng_types:
             synchronize_rng_states(self.rng_types, self.synchronized_generator)
         self.set_epoch(self.iteration)
-        self._seed_pass()
         skip = self._pending_skip()
         self.begin()
         self._yielded = skip

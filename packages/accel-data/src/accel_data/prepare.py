@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import warnings
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +22,7 @@ from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSa
 
 from accel_data.groups import resolve_world
 from accel_data.loaders import DataLoaderShard
-from accel_data.samplers import SeedableRandomSampler, draw_seed
+from accel_data.samplers import ReplayableRandomSampler, SeedableRandomSampler, draw_seed
 from accel_data.sharding import BatchSamplerShard, IterableDatasetShard
 
 if TYPE_CHECKING:
@@ -62,62 +63,74 @@ def _world_seed(seed: int) -> int:
     return int(box[0])
 
 
-def _shared_seed(data_seed: int | None, sampler: RandomSampler, num_processes: int,
-                 group: ProcessGroup | None) -> int:
-    """The shuffle seed: ``data_seed``; else, in one process, the user generator's seed or
-    one draw from the global RNG (so ``torch.manual_seed`` before preparing fixes it);
-    else, with several processes, rank 0's seed broadcast to every rank.
-
-    With a data-parallel ``group`` the seed is global rank 0's, broadcast over the whole
-    world, not the group: the processes of *other* groups with the same data-parallel
-    rank (tensor-parallel peers) must draw the very same batches."""
+def _seedable_seed(data_seed: int | None, group: ProcessGroup | None) -> int | None:
+    """``data_seed``; else ``None`` (the sampler takes ``torch.initial_seed()``, as in
+    Accelerate), or under torch.distributed global rank 0's initial seed, so that ranks
+    seeded differently, and tensor-parallel peers in other groups, still agree."""
     if data_seed is not None:
         return int(data_seed)
-    generator = sampler.generator
-    if num_processes == 1:
-        seed = generator.initial_seed() if generator is not None else draw_seed()
-        return seed if group is None else _world_seed(seed)
-    seed = generator.initial_seed() if generator is not None else torch.initial_seed()
-    if dist.is_available() and dist.is_initialized():
-        return _world_seed(seed)
-    if num_processes > 1 and generator is None:
-        raise ConfigurationError(
-            f"Shuffling across num_processes={num_processes} needs the same seed on every rank, "
-            "but torch.distributed is not initialised (so rank 0's seed cannot be broadcast) "
-            "and no data_seed was given; pass data_seed=<int> (the same on every rank) or "
-            "initialise the process group before preparing the loader.")
-    return seed
+    if group is not None or (dist.is_available() and dist.is_initialized()):
+        return _world_seed(torch.initial_seed())
+    return None
 
 
-def _is_plain(sampler: RandomSampler) -> bool:
-    """No replacement, one pass over the data: what ``shuffle=True`` builds."""
-    return not sampler.replacement and getattr(sampler, "_num_samples", None) is None
+def _index_sampler(sampler: Any, seedable: bool, data_seed: int | None, shard: bool,
+                   group: ProcessGroup | None) -> tuple[Any, torch.Generator | None]:
+    """The index sampler to use, and the generator to keep in sync across ranks.
+
+    Accelerate's rules: ``use_seedable_sampler`` turns any ``RandomSampler`` into a
+    ``SeedableRandomSampler`` on the same generator. Otherwise, when the loader is sharded
+    by index, a sampler with a ``generator`` attribute gets one (seeded by one draw from the
+    global RNG, now) if it has none, and that generator is what ``rng_types=["generator"]``
+    synchronises. Unlike Accelerate the user's sampler is not modified (a copy is), and
+    torch's ``RandomSampler`` becomes a ``ReplayableRandomSampler`` (same draws) so a
+    resumed pass can redraw its permutation.
+    """
+    if seedable and isinstance(sampler, RandomSampler):
+        return SeedableRandomSampler(
+            sampler.data_source, replacement=sampler.replacement,
+            num_samples=sampler._num_samples, generator=sampler.generator,
+            data_seed=_seedable_seed(data_seed, group)), None
+    generator = getattr(sampler, "generator", None)
+    synchronized = None
+    if shard and not seedable and hasattr(sampler, "generator"):
+        if generator is None:
+            generator = _new_generator()
+            seed = draw_seed()
+            if group is not None or (dist.is_available() and dist.is_initialized()):
+                seed = _world_seed(seed)  # same as Accelerate's where the ranks agree
+            generator.manual_seed(seed)
+        synchronized = generator
+    if type(sampler) is RandomSampler:
+        return ReplayableRandomSampler(
+            sampler.data_source, replacement=sampler.replacement,
+            num_samples=sampler._num_samples, generator=generator), synchronized
+    if generator is not getattr(sampler, "generator", None):
+        sampler = copy.copy(sampler)
+        sampler.generator = generator
+    return sampler, synchronized
 
 
-def _seedable(sampler: Any, data_seed: int | None, num_processes: int, reseed: bool,
-              group: ProcessGroup | None) -> Any:
-    """A ``RandomSampler`` as a ``SeedableRandomSampler`` seeded alike on all ranks: always
-    when it is plain (exact resume), otherwise when ``reseed`` (sharding, or asked for)."""
-    if type(sampler) is not RandomSampler or not (reseed or _is_plain(sampler)):
-        return sampler
-    return SeedableRandomSampler(
-        sampler.data_source, replacement=sampler.replacement,
-        num_samples=getattr(sampler, "_num_samples", None), generator=sampler.generator,
-        data_seed=_shared_seed(data_seed, sampler, num_processes, group))
+def _new_generator() -> torch.Generator:
+    device = torch.get_default_device() if hasattr(torch, "get_default_device") else "cpu"
+    return torch.Generator(device=device)
 
 
-def _with_index_sampler(batch_sampler: Any, data_seed: int | None, num_processes: int,
-                        reseed: bool, group: ProcessGroup | None) -> Any:
-    """``batch_sampler`` with its index sampler made seedable (a copy; the user's is untouched)."""
+def _with_index_sampler(batch_sampler: Any, seedable: bool, data_seed: int | None,
+                        shard: bool, group: ProcessGroup | None,
+                        ) -> tuple[Any, torch.Generator | None]:
+    """``batch_sampler`` with its index sampler replaced as :func:`_index_sampler` says (a
+    copy; the user's is untouched), and the generator to synchronise."""
     inner = getattr(batch_sampler, "sampler", None)
-    replaced = _seedable(inner, data_seed, num_processes, reseed, group)
+    replaced, synchronized = _index_sampler(inner, seedable, data_seed, shard, group)
     if replaced is inner:
-        return batch_sampler
+        return batch_sampler, synchronized
     if type(batch_sampler) is BatchSampler:
-        return BatchSampler(replaced, batch_sampler.batch_size, batch_sampler.drop_last)
+        return BatchSampler(replaced, batch_sampler.batch_size,
+                            batch_sampler.drop_last), synchronized
     clone = copy.copy(batch_sampler)
     clone.sampler = replaced
-    return clone
+    return clone, synchronized
 
 
 def _prepare_iterable(dataloader: DataLoader, num_processes: int, process_index: int,
@@ -138,19 +151,25 @@ def _prepare_iterable(dataloader: DataLoader, num_processes: int, process_index:
         return dict(kwargs, dataset=shard, batch_size=None)
     shard = IterableDatasetShard(dataset, batch_size, dataloader.drop_last, num_processes,
                                  process_index, split_batches, even_batches)
+    generator = getattr(dataset, "generator", None)  # what rng_types=["generator"] syncs
     return dict(kwargs, dataset=shard, batch_size=shard.process_batch_size,
-                drop_last=dataloader.drop_last)
+                drop_last=dataloader.drop_last,
+                synchronized_generator=generator if isinstance(generator, torch.Generator)
+                else None)
 
 
 def _prepare_map(dataloader: DataLoader, num_processes: int, process_index: int,
-                 split_batches: bool, even_batches: bool, reseed: bool,
+                 split_batches: bool, even_batches: bool, seedable: bool,
                  data_seed: int | None, kwargs: dict[str, Any],
                  group: ProcessGroup | None) -> dict[str, Any]:
     """Keyword arguments of the shard loader for a map-style dataset."""
+    shard_it = num_processes > 1
+
     def shard(batch_sampler: Any) -> Any:
-        batch_sampler = _with_index_sampler(batch_sampler, data_seed, num_processes, reseed,
-                                            group)
-        if num_processes == 1:
+        batch_sampler, synchronized = _with_index_sampler(batch_sampler, seedable, data_seed,
+                                                          shard_it, group)
+        kwargs["synchronized_generator"] = synchronized
+        if not shard_it:
             return batch_sampler
         return BatchSamplerShard(batch_sampler, num_processes, process_index, split_batches,
                                  even_batches)
@@ -160,34 +179,82 @@ def _prepare_map(dataloader: DataLoader, num_processes: int, process_index: int,
         return dict(kwargs, batch_sampler=shard(dataloader.batch_sampler))
     if isinstance(dataloader.sampler, BatchSampler):  # batches built by the sampler itself
         return dict(kwargs, sampler=shard(dataloader.sampler), batch_size=None)
-    sampler = _seedable(dataloader.sampler, data_seed, num_processes, reseed, group)
-    if num_processes > 1:
+    sampler, synchronized = _index_sampler(dataloader.sampler, seedable, data_seed, shard_it,
+                                           group)
+    if shard_it:
         if split_batches:
             raise ConfigurationError(
                 "split_batches=True cannot split the items of a DataLoader built with "
                 "batch_size=None; give the DataLoader a batch_size or use split_batches=False.")
         sampler = _ItemShardSampler(BatchSamplerShard(
             BatchSampler(sampler, 1, False), num_processes, process_index, False, even_batches))
-    return dict(kwargs, sampler=sampler, batch_size=None)
+    return dict(kwargs, sampler=sampler, batch_size=None, synchronized_generator=synchronized)
 
 
-def _dispatch_kwargs(dataloader: DataLoader, num_processes: int, split_batches: bool,
-                     reseed: bool, data_seed: int | None, kwargs: dict[str, Any],
-                     group: ProcessGroup | None) -> dict[str, Any]:
-    """Keyword arguments of a ``DataLoaderDispatcher``: the user's loader, rebuilt as is."""
-    if split_batches and dataloader.batch_size is None:
-        raise ConfigurationError(
-            "split_batches=True cannot split the items of a DataLoader built with "
-            "batch_size=None; give the DataLoader a batch_size or use split_batches=False.")
+def _dispatch_kwargs(dataloader: DataLoader, seedable: bool, data_seed: int | None,
+                     kwargs: dict[str, Any], group: ProcessGroup | None) -> dict[str, Any]:
+    """Keyword arguments of a ``DataLoaderDispatcher``: the user's loader, rebuilt as is,
+    without its generator (rank 0's reader draws its base seed from the global RNG, as
+    Accelerate's does)."""
     kwargs = dict(kwargs, dataset=dataloader.dataset)
+    kwargs.pop("generator", None)
     if isinstance(dataloader.dataset, IterableDataset):
         return dict(kwargs, batch_size=dataloader.batch_size, drop_last=dataloader.drop_last)
     if dataloader.batch_sampler is not None:
-        batch_sampler = _with_index_sampler(dataloader.batch_sampler, data_seed, num_processes,
-                                            reseed, group)
+        batch_sampler, _ = _with_index_sampler(dataloader.batch_sampler, seedable, data_seed,
+                                               False, group)
         return dict(kwargs, batch_sampler=batch_sampler)
-    sampler = _seedable(dataloader.sampler, data_seed, num_processes, reseed, group)
+    sampler, _ = _index_sampler(dataloader.sampler, seedable, data_seed, False, group)
     return dict(kwargs, sampler=sampler, batch_size=None)
+
+
+def _check_split_size(dataloader: DataLoader, num_processes: int) -> None:
+    """Accelerate's check (same type, same sentence), plus the fix."""
+    batch_size = dataloader.batch_size
+    if batch_size is None:
+        batch_size = getattr(dataloader.batch_sampler, "batch_size", None)
+    if batch_size is None:
+        raise ConfigurationError(
+            "In order to use `split_batches==True` you must have a `batch_size` attribute "
+            "either in the passed `dataloader` or `dataloader.batch_sampler` objects, and it "
+            "has to return a natural number. Your `dataloader.batch_size` is None and "
+            f"`dataloader.batch_sampler` (`{type(dataloader.batch_sampler)}`) does not have "
+            "the `batch_size` attribute set. Give it a `batch_size` (the total across "
+            "processes) or use split_batches=False.")
+    if batch_size > 1 and batch_size % num_processes != 0:
+        raise ConfigurationError(
+            f"To use a `DataLoader` in `split_batches` mode, the batch size "
+            f"({dataloader.batch_size}) needs to be a round multiple of the number of "
+            f"processes ({num_processes}). Use a batch size that is a multiple of "
+            f"{num_processes}, or split_batches=False.")
+
+
+def _warn_if_empty(dataloader: DataLoader, num_processes: int, process_index: int,
+                   split_batches: bool) -> None:
+    """``drop_last`` with fewer samples than one step takes yields nothing: say so, once,
+    on the first process (Accelerate is silent)."""
+    if not dataloader.drop_last or process_index != 0 or dataloader.batch_size is None:
+        return
+    try:
+        total = len(dataloader.dataset)
+    except TypeError:
+        return
+    step = dataloader.batch_size * (1 if split_batches else num_processes)
+    if total >= step:
+        return
+    key = (id(dataloader), total, step)
+    if key in _WARNED:
+        return
+    _WARNED.add(key)
+    per = ("" if split_batches
+           else f" = {num_processes} processes x batch_size {dataloader.batch_size}")
+    warnings.warn(
+        f"This prepared DataLoader yields no batch: drop_last=True drops every step, since "
+        f"the dataset has {total} samples and one step takes {step}{per}. Use a smaller "
+        "batch_size, fewer processes, or drop_last=False.", UserWarning, stacklevel=3)
+
+
+_WARNED: set[tuple[int, int, int]] = set()
 
 
 def _check_batch_sampler(dataloader: DataLoader, split_batches: bool, num_processes: int) -> None:
@@ -215,22 +282,20 @@ def prepare_data_loader(dataloader: DataLoader, device: torch.device | str | Non
     ``num_processes``/``process_index`` default to torch.distributed's world size/rank when
     it is initialised, else 1/0. Map-style datasets are sharded by batch
     (``BatchSamplerShard``), iterable ones by item (``IterableDatasetShard``), unless
-    ``dispatch_batches`` (default: on for an ``IterableDataset`` with several processes)
-    makes rank 0 read and send the batches (``DataLoaderDispatcher``). A plain
-    ``RandomSampler`` (``shuffle=True``) always becomes a ``SeedableRandomSampler`` (unlike
-    Accelerate, which needs ``use_seedable_sampler``): exact mid-epoch resume is a promise
-    of ours. Its seed is ``data_seed``, else the user generator's seed, else one draw from
-    the global RNG now (one process) or rank 0's seed (several), so the shards are
-    disjoint and ``state_dict()`` records it. Other ``RandomSampler`` samplers (replacement,
-    ``num_samples``) are replaced with several processes or ``use_seedable_sampler``/
-    ``data_seed``. ``put_on_device=True`` moves each batch to ``device``.
+    ``dispatch_batches`` (default: on for an ``IterableDataset`` when ``put_on_device``, as
+    in Accelerate) makes rank 0 read and send the batches (``DataLoaderDispatcher``).
+    Samplers and random numbers follow Accelerate 1.15 exactly (see :func:`_index_sampler`;
+    ``tests/test_order_golden.py``): with ``use_seedable_sampler`` a ``RandomSampler``
+    becomes a ``SeedableRandomSampler`` seeded by ``data_seed`` (else
+    ``torch.initial_seed()``); ``data_seed`` alone changes nothing. ``put_on_device=True``
+    moves each batch to ``device``.
 
     ``group``: the data-parallel process group when it is smaller than the world (tensor
     parallelism): ``num_processes``/``process_index`` are then its size and this
     process's rank in it (read from it when None), the dispatcher reads on the group's
-    rank 0 and sends within the group, and the shuffle seed is global rank 0's for every
-    group, so the processes of different groups with the same rank get the same batches.
-    Every process of the world must then prepare the loader (the seed is shared once).
+    rank 0 and sends within the group, and the seedable sampler's seed is global rank 0's
+    for every group, so the processes of different groups with the same rank get the same
+    batches. Every process of the world must then prepare the loader.
 
     Arguments after ``put_on_device`` are keyword-only: Accelerate's positional order
     continues with ``rng_types`` and ``dispatch_batches``, which a positional call must not
@@ -246,24 +311,21 @@ def prepare_data_loader(dataloader: DataLoader, device: torch.device | str | Non
             "(e.g. torch.device('cuda', local_rank)) or put_on_device=False.")
     num_processes, process_index = resolve_world(num_processes, process_index, group,
                                                  "prepare_data_loader")
+    if split_batches:
+        _check_split_size(dataloader, num_processes)
     _check_batch_sampler(dataloader, split_batches, num_processes)
+    _warn_if_empty(dataloader, num_processes, process_index, split_batches)
     iterable = isinstance(dataloader.dataset, IterableDataset)
     if dispatch_batches is None:
-        dispatch_batches = iterable and num_processes > 1
-    if dispatch_batches and use_stateful_dataloader:
-        raise ConfigurationError(
-            "use_stateful_dataloader=True cannot be combined with dispatch_batches=True: only "
-            "rank 0 would hold the loader's state. Use one of the two.")
+        dispatch_batches = iterable and put_on_device
     kwargs = _carried_kwargs(dataloader)
-    reseed = not iterable and (num_processes > 1 or group is not None or use_seedable_sampler
-                               or data_seed is not None)
+    seedable = bool(use_seedable_sampler)
     common = {"device": device if put_on_device else None, "non_blocking": non_blocking,
-              "loader_seed": data_seed}
+              "use_stateful_dataloader": use_stateful_dataloader}
     if dispatch_batches and num_processes > 1:
         from accel_data.dispatcher import DataLoaderDispatcher
 
-        kwargs = _dispatch_kwargs(dataloader, num_processes, split_batches, reseed, data_seed,
-                                  kwargs, group)
+        kwargs = _dispatch_kwargs(dataloader, seedable, data_seed, kwargs, group)
         return _carry_skip(dataloader, DataLoaderDispatcher(
             kwargs.pop("dataset"), split_batches=split_batches, even_batches=even_batches,
             slice_fn=slice_fn_for_dispatch, num_processes=num_processes,
@@ -274,15 +336,10 @@ def prepare_data_loader(dataloader: DataLoader, device: torch.device | str | Non
                                    even_batches, kwargs)
     else:
         kwargs = _prepare_map(dataloader, num_processes, process_index, split_batches,
-                              even_batches, reseed, data_seed, kwargs, group)
-    cls: type[DataLoaderShard] = DataLoaderShard
-    if use_stateful_dataloader:
-        from accel_data.stateful import stateful_class
-
-        cls = stateful_class(DataLoaderShard)
+                              even_batches, seedable, data_seed, kwargs, group)
     dataset = kwargs.pop("dataset")
-    return _carry_skip(dataloader, cls(dataset, rng_types=rng_types, **common, **kwargs),
-                       num_processes, split_batches)
+    return _carry_skip(dataloader, DataLoaderShard(dataset, rng_types=rng_types, **common,
+                                                   **kwargs), num_processes, split_batches)
 
 
 def _carry_skip(source: DataLoader, prepared: DataLoaderShard, num_processes: int,

@@ -1,24 +1,26 @@
 """Samplers whose order every rank can reproduce, and finding the sampler inside a loader.
 
-Sharding by index only works when every rank draws the *same* permutation; a plain
-``RandomSampler`` draws its seed from each process's global RNG. ``SeedableRandomSampler``
-derives each epoch's permutation from ``(seed, epoch)`` alone, which also makes a resumed
-run shuffle exactly as the interrupted one did.
+Sharding by index only works when every rank draws the *same* permutation. Accelerate
+gets that either from a ``SeedableRandomSampler`` (``use_seedable_sampler``: each epoch's
+permutation follows from ``seed + epoch``) or from one generator per loader, seeded alike on
+every rank. Both draw exactly as Accelerate 1.15 does (``tests/test_order_golden.py``);
+``ReplayableRandomSampler`` is torch's own sampler that also lets a resumed pass redraw
+its permutation.
 """
 
 from __future__ import annotations
 
+import base64
+import copy
+from contextlib import contextmanager
 from collections.abc import Iterator, Sized
 from typing import Any
 
 import torch
 from torch.utils.data import BatchSampler, DataLoader, RandomSampler
 
-__all__ = ["SeedableRandomSampler", "SkipBatchSampler", "get_sampler"]
-
-_MASK64 = (1 << 64) - 1
-_GOLDEN64 = 0x9E3779B97F4A7C15  # odd 64-bit constant: spreads consecutive epochs apart
-_LOADER_SALT = 0xD1B54A32D192ED03  # keeps the loader's stream apart from the sampler's
+__all__ = ["ReplayableRandomSampler", "SeedableRandomSampler", "SkipBatchSampler",
+           "get_sampler"]
 
 
 def draw_seed() -> int:
@@ -26,25 +28,48 @@ def draw_seed() -> int:
     return int(torch.empty((), dtype=torch.int64).random_().item())
 
 
-def pass_seed(seed: int, epoch: int) -> int:
-    """Seed of a prepared loader's own generator for ``epoch`` (worker base seeds).
+def encode_draw(draw: Any) -> Any:
+    """A ``ReplayableRandomSampler.pass_state`` as JSON data (a generator state: base64)."""
+    if isinstance(draw, torch.Tensor):
+        return base64.b64encode(draw.numpy().tobytes()).decode("ascii")
+    return int(draw)
 
-    A splitmix64 finaliser over ``(seed, epoch)``: differs per epoch and from the
-    sampler's permutation seed of the same epoch.
-    """
-    z = (int(seed) + _LOADER_SALT + int(epoch) * _GOLDEN64) & _MASK64
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
-    return (z ^ (z >> 31)) & ((1 << 63) - 1)
+
+def decode_draw(data: Any) -> Any:
+    """The inverse of :func:`encode_draw`."""
+    if isinstance(data, str):
+        raw = bytearray(base64.b64decode(data))
+        return torch.frombuffer(raw, dtype=torch.uint8).clone()
+    return int(data)
+
+
+@contextmanager
+def keep_rng(generator: torch.Generator | None) -> Iterator[None]:
+    """Undo whatever the block draws from ``generator`` (``None``: the global CPU RNG)."""
+    state = torch.get_rng_state() if generator is None else generator.get_state()
+    try:
+        yield
+    finally:
+        if generator is None:
+            torch.set_rng_state(state)
+        else:
+            generator.set_state(state)
+
+
+def _default_generator() -> torch.Generator:
+    device = torch.get_default_device() if hasattr(torch, "get_default_device") else "cpu"
+    return torch.Generator(device=device)
 
 
 class SeedableRandomSampler(RandomSampler):
-    """A ``RandomSampler`` whose permutation depends only on ``(data_seed, epoch)``.
+    """A ``RandomSampler`` whose permutation of epoch ``e`` is drawn after seeding its
+    generator with ``initial_seed + e`` (Accelerate's rule, so the same seed gives the same
+    order as Accelerate, on every rank and on resume).
 
-    ``set_epoch(epoch)`` selects the permutation; after a complete pass the epoch advances
-    by one by itself, so a loop that never calls ``set_epoch`` still reshuffles each epoch.
-    The seed is ``data_seed`` if given, else ``generator.initial_seed()`` if a generator is
-    given, else ``torch.initial_seed()``. The generator itself is never advanced.
+    ``initial_seed`` is ``data_seed`` if given, else ``torch.initial_seed()`` now. The
+    generator is the one given (it is re-seeded every pass, as in Accelerate), else one made
+    on first use. ``set_epoch(epoch)`` selects the permutation; after a complete pass the
+    epoch advances by one by itself.
     """
 
     def __init__(self, data_source: Sized, replacement: bool = False,
@@ -52,33 +77,50 @@ class SeedableRandomSampler(RandomSampler):
                  data_seed: int | None = None) -> None:
         super().__init__(data_source, replacement=replacement, num_samples=num_samples,
                          generator=generator)
-        if data_seed is None:
-            data_seed = generator.initial_seed() if generator is not None else torch.initial_seed()
-        self.initial_seed = int(data_seed)
+        self.initial_seed = int(data_seed) if data_seed is not None else torch.initial_seed()
         self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
         """Select the permutation of ``epoch`` for the next pass."""
         self.epoch = int(epoch)
 
-    def epoch_seed(self, epoch: int | None = None) -> int:
-        """The generator seed of ``epoch`` (default: the current one)."""
-        epoch = self.epoch if epoch is None else int(epoch)
-        return (self.initial_seed + epoch * _GOLDEN64) & _MASK64
+    def __iter__(self) -> Iterator[int]:
+        if self.generator is None:
+            self.generator = _default_generator()
+        self.generator.manual_seed(self.epoch + self.initial_seed)
+        yield from super().__iter__()
+        self.set_epoch(self.epoch + 1)
+
+
+class ReplayableRandomSampler(RandomSampler):
+    """A ``RandomSampler`` that draws exactly as torch's does (one seed from the global RNG
+    per pass, or its generator as it stands) and remembers what it drew from, so a resumed
+    pass can redraw the very same permutation (``replay``) without consuming anything.
+
+    ``pass_state`` is the seed drawn (no generator) or the generator's state (a tensor)
+    at the start of the latest pass.
+    """
+
+    pass_state: Any = None
+    _replay: Any = None
+
+    def replay(self, state: Any) -> None:
+        """Make the next pass draw from ``state`` (a ``pass_state``) instead."""
+        self._replay = state
 
     def __iter__(self) -> Iterator[int]:
-        generator = torch.Generator()
-        generator.manual_seed(self.epoch_seed())
-        size, total = len(self.data_source), self.num_samples
-        if self.replacement:
-            yield from torch.randint(size, (total,), generator=generator).tolist()
+        replay, self._replay = self._replay, None
+        view = copy.copy(self)
+        if self.generator is None:
+            seed = draw_seed() if replay is None else int(replay)
+            self.pass_state = seed
+            view.generator = torch.Generator()
+            view.generator.manual_seed(seed)
         else:
-            full, rest = divmod(total, size) if size else (0, 0)
-            for _ in range(full):
-                yield from torch.randperm(size, generator=generator).tolist()
-            if rest:
-                yield from torch.randperm(size, generator=generator)[:rest].tolist()
-        self.epoch += 1
+            if replay is not None:
+                self.generator.set_state(replay)
+            self.pass_state = self.generator.get_state()
+        yield from RandomSampler.__iter__(view)
 
 
 class SkipBatchSampler(BatchSampler):

@@ -11,7 +11,6 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-import torch
 from accel_state.errors import ConfigurationError
 from torch.utils.data import DataLoader, IterableDataset
 
@@ -50,7 +49,6 @@ def skip_first_batches(dataloader: DataLoader, num_batches: int = 0) -> DataLoad
     if isinstance(dataloader, DataLoaderShard):
         clone = copy.copy(dataloader)
         clone._iterator = None  # never share a (persistent-workers) iterator
-        clone.generator = torch.Generator()  # nor the generator re-seeded every pass
         clone._yielded = 0
         clone._pending_finish = None
         clone._origin = getattr(dataloader, "_origin", None) or dataloader
