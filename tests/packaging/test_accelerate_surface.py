@@ -200,21 +200,9 @@ EXTRA_MODULES = (
     "accelerate.commands.merge", "accelerate.commands.to_fsdp2",
 )
 
-_MEGATRON = ("refused by design: accel runs TP/PP through ParallelismConfig, "
-             "Accelerator(megatron_lm_plugin=...) is an error naming it")
-_TPU_SAGEMAKER = "TPU / SageMaker launching is not supported by accel launch"
-
 #: "module:name" -> why it is missing. Keep it short; remove an entry when it is built.
+#: (Megatron-LM, TPU and SageMaker names now import and refuse on use.)
 KNOWN_GAPS: dict[str, str] = {
-    **{f"accelerate.utils:{n}": _MEGATRON for n in (
-        "MegatronLMPlugin", "MegatronEngine", "MegatronLMOptimizerWrapper",
-        "MegatronLMSchedulerWrapper", "MegatronLMDummyDataLoader", "MegatronLMDummyScheduler",
-        "AbstractTrainStep", "BertTrainStep", "GPTTrainStep", "T5TrainStep",
-        "avg_losses_across_data_parallel_group", "gather_across_data_parallel_groups",
-        "megatron_lm_initialize", "add_model_config_to_megatron_parser")},
-    **{f"accelerate.utils.launch:{n}": _TPU_SAGEMAKER for n in (
-        "prepare_tpu", "prepare_sagemager_args_inputs")},
-    "accelerate.utils:install_xla": _TPU_SAGEMAKER,
     "accelerate.commands.config.config_args:BaseConfig": (
         "accel has one ConfigFile model (commands.config.config_args.ConfigFile) instead of "
         "Accelerate's BaseConfig/ClusterConfig/SageMakerConfig"),

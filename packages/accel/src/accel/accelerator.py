@@ -50,7 +50,8 @@ from accel.optimizer import AcceleratedOptimizer
 from accel.scheduler import AcceleratedScheduler
 
 __all__ = ["Accelerator"]
-__getattr__ = forward_to(__name__, "accel.utils", "accel.state", "accel.data_loader")
+__getattr__ = forward_to(__name__, "accel.utils", "accel.state", "accel.data_loader",
+                         "accel.logging", "accel.tracking", "accel.checkpointing")
 
 
 

@@ -32,6 +32,7 @@ from accel._checkpointing import (
     save_state,
     wait_for_checkpoint,
 )
+from accel._module_compat import forward_to
 
 __all__ = ["ProjectConfiguration", "save_accelerator_state", "load_accelerator_state",
            "save_custom_state", "load_custom_state", "load_checkpoint_in_model",
@@ -39,3 +40,7 @@ __all__ = ["ProjectConfiguration", "save_accelerator_state", "load_accelerator_s
            "register_save_state_pre_hook", "register_load_state_pre_hook", "save_model",
            "get_state_dict", "wait_for_checkpoint", "CheckpointingMixin",
            "merge_fsdp_weights", "save"]
+
+
+# Accelerate's incidental names (helpers its module happened to import), on first use
+__getattr__ = forward_to(__name__, "accel.utils", "accel.logging")

@@ -20,8 +20,14 @@ from accel_inference.hooks import (
 )
 from accel_inference.layerwise import attach_layerwise_casting_hooks
 
+from accel._module_compat import forward_to
+
 __all__ = ["ModelHook", "SequentialHook", "AlignDevicesHook", "CpuOffload", "UserCpuOffloadHook",
            "LayerwiseCastingHook", "add_hook_to_module", "remove_hook_from_module",
            "attach_execution_device_hook", "attach_align_device_hook",
            "attach_align_device_hook_on_blocks", "remove_hook_from_submodules",
            "attach_layerwise_casting_hooks"]
+
+
+# Accelerate's incidental names (helpers its module happened to import), on first use
+__getattr__ = forward_to(__name__, "accel.utils")

@@ -12,6 +12,8 @@ import torch
 from accel_parallel import is_sharded_model
 from accel_state import ConfigurationError, DistributedType, reduce
 
+from accel._module_compat import forward_to
+
 __all__ = ["LocalSGD"]
 
 # strategies whose replicas hold whole, ordinary parameters that can simply be averaged
@@ -90,3 +92,7 @@ class LocalSGD:
             for param, value in zip(params, averaged.split([p.numel() for p in params]),
                                     strict=True):
                 param.copy_(value.view_as(param))
+
+
+# Accelerate's incidental names (helpers its module happened to import), on first use
+__getattr__ = forward_to(__name__, "accel")

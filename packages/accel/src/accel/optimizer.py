@@ -13,6 +13,8 @@ import torch
 from accel_precision import step_with_scaler
 from accel_state import GradientState, send_to_device
 
+from accel._module_compat import forward_to
+
 __all__ = ["AcceleratedOptimizer", "move_to_device"]
 
 
@@ -127,3 +129,7 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
 
     def __repr__(self) -> str:
         return f"AcceleratedOptimizer({self.optimizer!r})"
+
+
+# Accelerate's incidental names (helpers its module happened to import), on first use
+__getattr__ = forward_to(__name__, "accel.utils", "accel.state")

@@ -6,6 +6,8 @@ from typing import Any
 
 from accel_state import GradientState, PartialState
 
+from accel._module_compat import forward_to
+
 __all__ = ["AcceleratedScheduler"]
 
 
@@ -66,3 +68,7 @@ class AcceleratedScheduler:
 
     def __repr__(self) -> str:
         return f"AcceleratedScheduler({self.scheduler!r})"
+
+
+# Accelerate's incidental names (helpers its module happened to import), on first use
+__getattr__ = forward_to(__name__, "accel.state")

@@ -28,6 +28,7 @@ from accel_tracking import (
 )
 
 from accel._tracking import LOGGER_TYPE_TO_CLASS, TrackingMixin
+from accel._module_compat import forward_to
 
 __all__ = [
     "TrackingMixin", "GeneralTracker", "on_main_process", "filter_trackers",
@@ -36,3 +37,7 @@ __all__ = [
     "ClearMLTracker", "DVCLiveTracker", "SwanLabTracker", "TrackioTracker",
     "TrackerFailureWarning", "TrackerGroup",
 ]
+
+
+# Accelerate's incidental names (helpers its module happened to import), on first use
+__getattr__ = forward_to(__name__, "accel.utils", "accel.logging")

@@ -46,6 +46,7 @@ from accel_state.operations import __all__ as _operations_all
 from accel_tracking.probes import *  # noqa: F403
 from accel_tracking.probes import __all__ as _tracking_probes_all
 
+from accel._accelerate_helpers import install_xla
 from accel._amp_context import get_mixed_precision_context_manager
 from accel.utils.constants import *  # noqa: F403
 from accel.utils.constants import __all__ as _constants_all
@@ -66,6 +67,26 @@ from accel.utils.launch import __all__ as _launch_all
 from accel.utils.fsdp_utils import *  # noqa: F403
 from accel.utils.fsdp_utils import __all__ as _fsdp_utils_all
 from accel.utils.imports import deepspeed_required
+from accel.utils.megatron_lm import (
+    AbstractTrainStep,
+    BertTrainStep,
+    GPTTrainStep,
+    MegatronEngine,
+    MegatronLMDummyDataLoader,
+    MegatronLMDummyScheduler,
+    MegatronLMOptimizerWrapper,
+    MegatronLMSchedulerWrapper,
+    T5TrainStep,
+    avg_losses_across_data_parallel_group,
+    gather_across_data_parallel_groups,
+)
+from accel.utils.megatron_lm import initialize as megatron_lm_initialize
+from accel.utils.megatron_lm import prepare_data_loader as megatron_lm_prepare_data_loader
+from accel.utils.megatron_lm import (
+    prepare_model_optimizer_scheduler as megatron_lm_prepare_model_optimizer_scheduler,
+)
+from accel.utils.megatron_lm import prepare_optimizer as megatron_lm_prepare_optimizer
+from accel.utils.megatron_lm import prepare_scheduler as megatron_lm_prepare_scheduler
 # imports the submodule first, then binds the name to the function (as Accelerate does)
 from accel.utils.tqdm import tqdm
 
@@ -80,10 +101,20 @@ _precision_all = ["contextual_fp8_autocast", "convert_model", "convert_model_to_
                   "model_has_dtensor", "get_mixed_precision_context_manager",
                   "load_and_quantize_model", "has_4bit_bnb_layers"]
 
+_megatron_all = [  # importable, refused on use (accel.utils.megatron_lm)
+    "AbstractTrainStep", "BertTrainStep", "GPTTrainStep", "MegatronEngine",
+    "MegatronLMDummyDataLoader", "MegatronLMDummyScheduler", "MegatronLMOptimizerWrapper",
+    "MegatronLMSchedulerWrapper", "T5TrainStep", "avg_losses_across_data_parallel_group",
+    "gather_across_data_parallel_groups", "megatron_lm_initialize",
+    "megatron_lm_prepare_data_loader", "megatron_lm_prepare_model_optimizer_scheduler",
+    "megatron_lm_prepare_optimizer", "megatron_lm_prepare_scheduler",
+]
+
 __all__ = sorted({
     *_offload_all, *_modeling_all,
     *_deepspeed_all,
     *_state_all, *_imports_all, *_operations_all, *_environment_all, *_dataclasses_all,
-    *_tracking_probes_all, *_checkpoint_all, *_precision_all, *_other_all, *_memory_all, *_launch_all, "tqdm",
-    *_fsdp_utils_all, *_constants_all, "deepspeed_required", "extract_model_from_parallel",
+    *_tracking_probes_all, *_checkpoint_all, *_precision_all, *_other_all, *_memory_all,
+    *_launch_all, "tqdm", *_fsdp_utils_all, *_constants_all, "deepspeed_required",
+    "extract_model_from_parallel", *_megatron_all, "install_xla",
 })

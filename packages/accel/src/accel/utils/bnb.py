@@ -9,5 +9,11 @@ from accel_inference.quantize import (
     replace_with_bnb_layers,
 )
 
+from accel._module_compat import forward_to
+
 __all__ = ["load_and_quantize_model", "has_4bit_bnb_layers", "replace_with_bnb_layers",
            "get_keys_to_not_convert"]
+
+
+# Accelerate's incidental names (helpers its module happened to import), on first use
+__getattr__ = forward_to(__name__, "accel.utils", "accel.big_modeling")

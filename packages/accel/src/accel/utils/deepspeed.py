@@ -16,7 +16,13 @@ from accel_parallel.deepspeed_dummies import EngineScheduler as DeepSpeedSchedul
 from accel_parallel.deepspeed_json import HfDeepSpeedConfig
 from accel_parallel.deepspeed_plugin import DeepSpeedPlugin
 
+from accel._module_compat import forward_to
+
 __all__ = ["DeepSpeedEngineWrapper", "DeepSpeedOptimizerWrapper", "DeepSpeedPlugin",
            "DeepSpeedSchedulerWrapper", "DummyOptim", "DummyScheduler", "HfDeepSpeedConfig",
            "compile_regions_deepspeed", "get_active_deepspeed_plugin",
            "map_pytorch_optim_to_deepspeed"]
+
+
+# Accelerate's incidental names (helpers its module happened to import), on first use
+__getattr__ = forward_to(__name__, "accel.utils", "accel.optimizer", "accel.scheduler")

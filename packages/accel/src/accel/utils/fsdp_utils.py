@@ -32,6 +32,9 @@ from accel_parallel.fsdp_plugin import (
     FSDP_STATE_DICT_TYPE,
 )
 
+from accel._accelerate_helpers import get_fsdp2_grad_scaler
+from accel._module_compat import forward_to
+
 __all__ = ["FSDP2_STATE_DICT_TYPE", "FSDP_AUTO_WRAP_POLICY", "FSDP_BACKWARD_PREFETCH",
            "FSDP_SHARDING_STRATEGY", "FSDP_STATE_DICT_TYPE", "load_fsdp_model",
            "load_fsdp_optimizer", "merge_fsdp_weights", "save_fsdp_model", "save_fsdp_optimizer",
@@ -40,3 +43,9 @@ __all__ = ["FSDP2_STATE_DICT_TYPE", "FSDP_AUTO_WRAP_POLICY", "FSDP_BACKWARD_PREF
            "fsdp2_apply_ac", "fsdp2_load_full_state_dict", "fsdp2_prepare_auto_wrap_policy",
            "fsdp2_prepare_model", "fsdp2_switch_optimizer_parameters",
            "get_parameters_from_modules"]
+
+__all__ += ["get_fsdp2_grad_scaler"]
+
+
+# Accelerate's incidental names (helpers its module happened to import), on first use
+__getattr__ = forward_to(__name__, "accel.utils", "accel.logging")

@@ -11,6 +11,14 @@ from accel_launch.launch_utils import (
     prepare_simple_launcher_cmd_env,
 )
 
+from accel._accelerate_helpers import (
+    get_free_port,
+    merge_dicts,
+    prepare_sagemager_args_inputs,
+    prepare_tpu,
+)
+from accel._module_compat import forward_to
+
 __all__ = [
     "PrepareForLaunch",
     "_filter_args",
@@ -21,3 +29,9 @@ __all__ = [
     "prepare_multi_gpu_env",
     "prepare_simple_launcher_cmd_env",
 ]
+
+__all__ += ["get_free_port", "merge_dicts", "prepare_sagemager_args_inputs", "prepare_tpu"]
+
+
+# Accelerate's incidental names (helpers its module happened to import), on first use
+__getattr__ = forward_to(__name__, "accel.utils")

@@ -33,6 +33,7 @@ from accel_inference.tied import (
     retie_parameters,
 )
 
+from accel._accelerate_helpers import check_device_same, get_grad_scaler, is_tqdm_available
 from accel._module_compat import forward_to
 
 __all__ = ["infer_auto_device_map", "check_device_map", "clean_device_map",
@@ -43,7 +44,7 @@ __all__ = ["infer_auto_device_map", "check_device_map", "clean_device_map",
            "set_module_tensor_to_device", "check_tied_parameters_in_config",
            "check_tied_parameters_on_same_device", "find_tied_parameters", "retie_parameters",
            "get_state_dict_from_offload", "get_module_size_with_ties",
-           "get_state_dict_offloaded_model"]
+           "get_state_dict_offloaded_model", "check_device_same", "get_grad_scaler"]
 
 # the rest of Accelerate's module (``convert_file_size_to_int``, ``dtype_byte_size``, ...)
-__getattr__ = forward_to(__name__, "accel.utils")
+__getattr__ = forward_to(__name__, "accel.utils", "accel.state")

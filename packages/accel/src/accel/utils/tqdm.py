@@ -8,4 +8,13 @@ from __future__ import annotations
 
 from accel_tracking import tqdm
 
+from accel._accelerate_helpers import is_tqdm_available
+from accel._module_compat import forward_to
+
 __all__ = ["tqdm"]
+
+__all__ += ["is_tqdm_available"]
+
+
+# Accelerate's incidental names (helpers its module happened to import), on first use
+__getattr__ = forward_to(__name__, "accel.utils")

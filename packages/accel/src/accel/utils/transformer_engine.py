@@ -9,5 +9,11 @@ from accel_precision.te import (
     has_transformer_engine_layers,
 )
 
+from accel._module_compat import forward_to
+
 __all__ = ["apply_fp8_autowrap", "contextual_fp8_autocast", "convert_model",
            "has_transformer_engine_layers"]
+
+
+# Accelerate's incidental names (helpers its module happened to import), on first use
+__getattr__ = forward_to(__name__, "accel.utils")
