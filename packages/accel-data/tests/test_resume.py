@@ -200,7 +200,44 @@ def test_stateful_dataloader_resumes():
         if k == 2:
             break
     state = run.state_dict()
-    assert "dataloader" in state and state["batches_yielded"] == 2
+    assert state["_num_yielded"] == 2 and state["batches_yielded"] == 2
     fresh = make()
     fresh.load_state_dict(state)
     assert _flat(fresh) == truth[2:]
+
+
+def _td_flat(loader):
+    return [b.tolist() for b in loader]
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_stateful_states_load_into_torchdata_and_back(workers):
+    pytest.importorskip("torchdata.stateful_dataloader")
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    def ours():
+        return prepare_data_loader(DataLoader(list(range(10)), batch_size=2,
+                                              num_workers=workers),
+                                   use_stateful_dataloader=True)
+
+    def theirs():
+        return StatefulDataLoader(list(range(10)), batch_size=2, num_workers=workers)
+
+    run = ours()
+    for k, _ in enumerate(run, start=1):
+        if k == 2:
+            break
+    plain = theirs()
+    plain.load_state_dict(run.state_dict())  # accel's state -> torchdata
+    assert _td_flat(plain) == [[4, 5], [6, 7], [8, 9]]
+    source = theirs()
+    held = iter(source)
+    next(held), next(held), next(held)
+    fresh = ours()
+    fresh.load_state_dict(source.state_dict())  # torchdata's state -> accel
+    assert _td_flat(fresh) == [[6, 7], [8, 9]]
+    assert _td_flat(fresh) == [[0, 1], [2, 3], [4, 5], [6, 7], [8, 9]]
+    if workers == 0:  # an epoch boundary: a fresh iterator's state (no worker was started)
+        start = theirs()
+        start.load_state_dict(ours().state_dict())
+        assert len(_td_flat(start)) == 5

@@ -185,7 +185,14 @@ class DataLoaderShard(DataLoaderStateMixin, DataLoader):
 
         Map-style loaders skip on indices: for this pass only, the index sampler is wrapped
         in a ``SkipBatchSampler`` (also in a persistent-workers iterator that is reused).
+        A pass resumed by ``load_state_dict`` draws no random numbers: the interrupted
+        pass drew them before the checkpoint (whose RNG states are restored with it).
         """
+        resumed, self._resumed = self._resumed, False
+        with keep_rng(self.generator) if resumed else nullcontext():
+            return self._open_pass(skip)
+
+    def _open_pass(self, skip: int) -> tuple[Iterator[Any], int]:
         if not skip or isinstance(self.dataset, IterableDataset):
             return super().__iter__(), skip
         base = self.batch_sampler if self._auto_collation else self.sampler
@@ -193,10 +200,8 @@ class DataLoaderShard(DataLoaderStateMixin, DataLoader):
         self.__dict__["_skip_sampler"] = wrapper
         if self._iterator is not None:
             self._iterator._index_sampler = wrapper
-        resumed, self._resumed = self._resumed, False
         try:
-            with keep_rng(self.generator) if resumed else nullcontext():
-                iterator = super().__iter__()  # its base seed was drawn before the checkpoint
+            iterator = super().__iter__()
         finally:
             del self.__dict__["_skip_sampler"]
         iterator._index_sampler = base  # later passes of a persistent iterator skip nothing
@@ -220,7 +225,7 @@ class DataLoaderShard(DataLoaderStateMixin, DataLoader):
         self.set_epoch(self.iteration)
         skip = self._pending_skip()
         self.begin()
-        self._yielded = skip
+        self._yielded = skip or self.__dict__.pop("_resume_offset", 0)
         try:
             iterator, to_read = self._open(skip)
             for _ in range(to_read):  # iterable datasets: the skipped batches are read

@@ -337,9 +337,23 @@ def prepare_data_loader(dataloader: DataLoader, device: torch.device | str | Non
     else:
         kwargs = _prepare_map(dataloader, num_processes, process_index, split_batches,
                               even_batches, seedable, data_seed, kwargs, group)
+    if use_stateful_dataloader and type(kwargs.get("batch_sampler")) is BatchSampler:
+        kwargs["batch_sampler"] = _stateful_batches(kwargs["batch_sampler"])
     dataset = kwargs.pop("dataset")
     return _carry_skip(dataloader, DataLoaderShard(dataset, rng_types=rng_types, **common,
                                                    **kwargs), num_processes, split_batches)
+
+
+def _stateful_batches(batch_sampler: BatchSampler) -> BatchSampler:
+    """torchdata's own ``BatchSampler`` (same batches, with a state): what a plain
+    ``StatefulDataLoader`` builds, so that its states and ours carry the same keys."""
+    from accel_data.stateful import stateful_class
+
+    stateful_class(DataLoaderShard)  # torchdata is there, or the error says how to add it
+    from torchdata.stateful_dataloader.sampler import BatchSampler as StatefulBatchSampler
+
+    return StatefulBatchSampler(batch_sampler.sampler, batch_sampler.batch_size,
+                                batch_sampler.drop_last)
 
 
 def _carry_skip(source: DataLoader, prepared: DataLoaderShard, num_processes: int,

@@ -1,9 +1,11 @@
 """Prepared loaders built on torchdata's ``StatefulDataLoader`` (``use_stateful_dataloader``).
 
 The class is made on first use, so ``import accel_data`` never imports torchdata. Its
-``state_dict()`` adds torchdata's own state (sampler iterator, workers, a ``Stateful``
-dataset) under ``"dataloader"``, taken when the last *yielded* batch was fetched: the
-one-batch look-ahead would otherwise save a position one batch too far.
+``state_dict()`` is torchdata's own state (sampler iterator, workers, a ``Stateful``
+dataset), taken when the last *yielded* batch was fetched (the one-batch look-ahead would
+otherwise save a position one batch too far), plus accel's position keys next to it. So,
+as with Accelerate, a state saved here loads into a plain ``StatefulDataLoader`` and the
+other way round.
 """
 
 from __future__ import annotations
@@ -17,6 +19,29 @@ from accel_state.imports import require
 __all__ = ["stateful_class"]
 
 _CLASSES: dict[type, type] = {}
+#: accel-data's own keys in a stateful loader's state (the rest is torchdata's)
+_OURS = frozenset({"epoch", "batches_yielded", "sampler_seed", "sampler_draw", "dataloader"})
+#: torchdata's state of a single-process iterator that has yielded nothing
+_FRESH = {"_index_sampler_state": None, "_sampler_iter_state": None,
+          "_sampler_iter_yielded": 0, "_num_yielded": 0, "_IterableDataset_len_called": None,
+          "_shared_seed": None, "fetcher_state": None, "dataset_state": None,
+          "_iterator_finished": False}
+
+
+def _inner_state(loader: Any, state: dict[str, Any]) -> dict[str, Any] | None:
+    """torchdata's state matching ``state``'s position: the one taken when the last yielded
+    batch was fetched (the look-ahead has fetched one more); at an epoch boundary that of a
+    fresh iterator, built without starting one (that would draw a seed or start workers)."""
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    states = getattr(loader, "_states", None)
+    if state["batches_yielded"]:
+        if states and loader._yielded == state["batches_yielded"]:
+            return states[-1] if loader.end_of_dataloader or len(states) == 1 else states[-2]
+        return None
+    if loader._iterator is not None and states:
+        return StatefulDataLoader.state_dict(loader)  # the finished pass's own state
+    return dict(_FRESH) if loader.num_workers == 0 else None
 
 
 def stateful_class(base: type) -> type:
@@ -39,18 +64,23 @@ def stateful_class(base: type) -> type:
 
     def state_dict(self: Any) -> dict[str, Any]:
         state = base.state_dict(self)
-        states = getattr(self, "_states", None)
-        if state["batches_yielded"] and states and self._yielded == state["batches_yielded"]:
-            state["dataloader"] = states[-1] if self.end_of_dataloader or len(states) == 1 \
-                else states[-2]
-        return state
+        inner = _inner_state(self, state)
+        if inner is None:
+            return state
+        # torchdata's own keys at the top level (what Accelerate's state_dict is), ours next
+        # to them: either loader loads the other's state
+        return {**inner, "_iterator_finished": bool(self.end_of_dataloader), **state}
 
     def load_state_dict(self: Any, state_dict: dict[str, Any]) -> None:
-        base.load_state_dict(self, state_dict)
-        inner = state_dict.get("dataloader")
-        if inner is not None:
+        if "epoch" in state_dict:
+            base.load_state_dict(self, state_dict)
+        inner = {k: v for k, v in state_dict.items() if k not in _OURS}
+        inner = state_dict.get("dataloader", inner)  # states saved by accel-data <= 0.1.6
+        if inner:
             StatefulDataLoader.load_state_dict(self, inner)
             self._skip_plan = None  # torchdata's own state resumes the position
+            done = 0 if inner.get("_iterator_finished") else inner.get("_num_yielded", 0)
+            self.__dict__["_resume_offset"] = int(done or 0)
 
     cls = type(f"Stateful{base.__name__}", (base, StatefulDataLoader), {
         "__doc__": f"{base.__name__} on torchdata's StatefulDataLoader.",
