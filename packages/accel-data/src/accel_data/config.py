@@ -45,7 +45,8 @@ class DataLoaderConfiguration:
     processes)."""
 
     data_seed: int | None = field(default=None)
-    """Seed of the seedable sampler; ``None``: rank 0's torch seed, shared with all ranks."""
+    """Seed of the seedable sampler (``use_seedable_sampler``; alone it changes nothing, as in
+    Accelerate); ``None``: ``torch.initial_seed()``."""
 
     non_blocking: bool = field(default=False)
     """Copy batches to the device asynchronously (useful with ``pin_memory=True``)."""
@@ -70,10 +71,6 @@ class DataLoaderConfiguration:
             raise ConfigurationError(
                 f"DataLoaderConfiguration.data_seed must be an int or None, got {seed!r}; "
                 "pass an integer seed (the same on every process).")
-        if self.use_stateful_dataloader and self.dispatch_batches:
-            raise ConfigurationError(
-                "use_stateful_dataloader=True cannot be combined with dispatch_batches=True: "
-                "only rank 0 would hold the loader's state. Use one of the two.")
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as a plain dict (for logging and config files)."""

@@ -82,9 +82,33 @@ def stateful_class(base: type) -> type:
             done = 0 if inner.get("_iterator_finished") else inner.get("_num_yielded", 0)
             self.__dict__["_resume_offset"] = int(done or 0)
 
+    def __getstate__(self: Any) -> dict[str, Any]:
+        # torchdata keeps its live iterator, which cannot be pickled: drop it (a plain
+        # DataLoader keeps none either), so the loader pickles as Accelerate's do
+        return {**self.__dict__, "_iterator": None}
+
     cls = type(f"Stateful{base.__name__}", (base, StatefulDataLoader), {
+        "__getstate__": __getstate__,
         "__doc__": f"{base.__name__} on torchdata's StatefulDataLoader.",
         "__module__": __name__, "_open": _open, "state_dict": state_dict,
         "load_state_dict": load_state_dict, "use_stateful_dataloader": True})
     _CLASSES[base] = cls
+    globals().setdefault(cls.__name__, cls)  # pickle finds it by name (see __getattr__)
     return cls
+
+
+#: the stateful variants pickle can ask for before any was made in this process
+_BASES = {"StatefulDataLoaderShard": ("accel_data.loaders", "DataLoaderShard"),
+          "StatefulDataLoaderDispatcher": ("accel_data.dispatcher", "DataLoaderDispatcher"),
+          "StatefulSkipDataLoader": ("accel_data.skip", "SkipDataLoader")}
+
+
+def __getattr__(name: str) -> type:
+    """Make a stateful variant on demand, so a pickled stateful loader loads anywhere
+    (Accelerate's prepared loaders pickle too)."""
+    if name not in _BASES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    module, base = _BASES[name]
+    return stateful_class(getattr(importlib.import_module(module), base))
