@@ -89,13 +89,15 @@ def test_fallback_allocation_fills_an_otherwise_empty_device():
 
 def test_check_device_map_names_unplaced_and_unknown(models):
     model = models.TinyLM(depth=2)
-    with pytest.raises(ConfigurationError, match=r"\['blocks.1.a', 'blocks.1.b'"):
+    with pytest.raises(ConfigurationError, match=r"parameters: blocks\.1\.a\.weight, "
+                       r"blocks\.1\.a\.bias, blocks\.1\.b\.weight"):
         check_device_map(model, {"embed": "cpu", "head": "cpu", "blocks.0": 0, "scale": "cpu",
                                  "blocks.1.norm": "cpu"})
-    with pytest.raises(ConfigurationError, match="'gpu1'"):
-        check_device_map(model, {"": "gpu1"})
-    with pytest.raises(ConfigurationError, match="'blocks.7'"):
+    # as in Accelerate: unknown keys warn (the map still covers the model), devices unchecked
+    with pytest.warns(UserWarning, match=r"do not match any submodules in the model: "
+                      r"\['blocks.7'\]"):
         check_device_map(model, {"": "cpu", "blocks.7": 0})
+    check_device_map(model, {"": "gpu1"})
     check_device_map(model, {"": "cpu"})
 
 

@@ -129,9 +129,9 @@ def test_bad_inputs_name_the_value(models, saved, tmp_path, caplog):
     (tmp_path / "no_index").mkdir()
     with pytest.raises(ConfigurationError, match="no_index"):
         OffloadedWeightsLoader(save_folder=tmp_path / "no_index")
-    with pytest.raises(ConfigurationError, match="'blocks.0.a.weight' is on the meta"):
+    with pytest.raises(ConfigurationError, match="weight is on the meta device.*'blocks.0.a"):
         set_module_tensor_to_device(_empty(models), "blocks.0.a.weight", "cpu")
-    with pytest.raises(ConfigurationError, match="'nope'"):
+    with pytest.raises(ConfigurationError, match="buffer named nope .*'blocks.0.a.nope'"):
         set_module_tensor_to_device(models.TinyLM(), "blocks.0.a.nope", "cpu")
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 from pathlib import Path
@@ -53,6 +54,29 @@ def test_tensorboard_scalars_steps_text_and_images(tmp_path):
     assert "samples" in events.Tags()["images"] and "note/text_summary" in events.Tags()["tensors"]
     assert json.loads((run_dir / "hparams.json").read_text()) == CONFIG
     assert len(list(run_dir.glob("events.out.tfevents.*"))) == 1
+
+
+def test_tensorboard_says_once_on_the_main_process_where_its_event_files_go(tmp_path, caplog,
+                                                                             monkeypatch):
+    pytest.importorskip("tensorboard")
+    with caplog.at_level(logging.INFO, logger="accel.tracking"):
+        group = run("tensorboard", "proj", tmp_path / "logs")
+        group.finish()
+    tracker = group.get("tensorboard")
+    assert tracker.logging_dir_param == tmp_path / "logs"  # Accelerate's attribute names
+    assert tracker.logging_dir == os.path.join(tmp_path / "logs", "proj")
+    said = [r.getMessage() for r in caplog.records if "event files" in r.getMessage()]
+    assert said == [f"TensorBoard: event files for run 'proj' go to {tmp_path / 'logs' / 'proj'}"
+                    f" (view them with: tensorboard --logdir {tmp_path / 'logs'})"]
+    assert list((tmp_path / "logs" / "proj").glob("events.out.tfevents.*"))
+    caplog.clear()
+    import accel_tracking.base as base
+
+    monkeypatch.setattr(base, "is_main_process", lambda: False)
+    with caplog.at_level(logging.INFO, logger="accel.tracking"):
+        other = run("tensorboard", "proj", tmp_path / "rank1")
+        other.finish()
+    assert not caplog.records and not (tmp_path / "rank1").exists()
 
 
 def test_wandb_offline_run_holds_the_logged_keys(tmp_path, monkeypatch):

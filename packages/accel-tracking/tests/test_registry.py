@@ -101,8 +101,11 @@ def test_register_tracker_class_makes_a_script_class_usable_by_name(registry):
     register_tracker_class(ScriptTracker)
     assert filter_trackers(["script_tracker"]) == ["script_tracker"]
     assert "script_tracker" in get_available_trackers()
-    with pytest.raises(ConfigurationError, match="already registered"):
-        register_tracker_class(type("Other", (ScriptTracker,), {}), name="script_tracker")
+    other = type("Other", (ScriptTracker,), {})
+    with pytest.warns(UserWarning, match="'script_tracker' is already registered and will be "
+                      "overwritten by"):  # Accelerate warns and replaces
+        register_tracker_class(other, name="script_tracker")
+    assert tracker_class("script_tracker") is other
     with pytest.raises(ConfigurationError, match="GeneralTracker subclass"):
         register_tracker_class(object)  # type: ignore[arg-type]
 

@@ -129,23 +129,21 @@ def validate_device_map(device_map: Mapping[str, Any]) -> dict[str, int | str]:
 
 
 def check_device_map(model: nn.Module, device_map: Mapping[str, Any]) -> None:
-    """Every parameter and persistent buffer must be covered by an entry; every entry must
-    name a module or tensor of ``model``."""
-    validate_device_map(device_map)
-    known = {n for n, _ in model.named_modules()} | set(model.state_dict()) | \
-        {n for n, _ in model.named_parameters()} | {n for n, _ in model.named_buffers()}
-    unknown = [k for k in device_map if k not in known]
+    """Accelerate's check: a key naming no submodule warns (a tensor name too, as in
+    Accelerate); a state-dict tensor no key covers is a ``ValueError`` listing them."""
+    modules = {n for n, _ in model.named_modules()}
+    unknown = [k for k in device_map if k != "" and k not in modules]
     if unknown:
-        raise ConfigurationError(f"device_map names {unknown} that are not modules or tensors "
-                                 f"of {type(model).__name__}: check the names against "
-                                 "model.named_modules().")
-    # non-persistent buffers are not in checkpoints: unmapped, they stay where they are
-    tensors = list(dict.fromkeys([*(n for n, _ in model.named_parameters()), *model.state_dict()]))
-    left = [n for n in tensors if not any(holds(k, n) for k in device_map)]
+        warnings.warn("The following device_map keys do not match any submodules in the "
+                      f"model: {unknown}", UserWarning, stacklevel=2)
+    _check_coverage(model, device_map)
+
+
+def _check_coverage(model: nn.Module, device_map: Mapping[str, Any]) -> None:
+    """Every state-dict tensor needs a key: non-persistent buffers are not in checkpoints,
+    and stay where they are when unmapped."""
+    left = [n for n in model.state_dict() if not any(holds(k, n) for k in device_map)]
     if left:
-        modules = list(dict.fromkeys(n.rpartition(".")[0] or n for n in left))
-        raise ConfigurationError(f"The device_map gives no device to the modules {modules} "
-                                 f"(tensors {left[:10]}): add entries for them, or use "
-                                 "device_map='auto'.")
-
-
+        raise ConfigurationError("The device_map provided does not give any device for the "
+                                 f"following parameters: {', '.join(left)}. Add entries for "
+                                 "their modules, or use device_map='auto'.")

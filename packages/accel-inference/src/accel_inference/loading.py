@@ -21,17 +21,17 @@ from accel_checkpoint.weights import checkpoint_files, load_state_dict_file
 from accel_state.errors import ConfigurationError
 from torch import nn
 
-from accel_inference.device_map import check_device_map, validate_device_map
+from accel_inference.device_map import _check_coverage, validate_device_map
 from accel_inference.offload import (
     load_offloaded_weights,
     offload_weight,
     save_offload_index,
 )
 from accel_inference.sizing import convert_dtype
-from accel_inference.tensors import set_module_tensor_to_device
+from accel_inference.tensors import get_module_and_name, set_module_tensor_to_device
 from accel_inference.tied import device_of, find_tied_parameters, retie_parameters
 
-__all__ = ["load_state_dict", "load_checkpoint_in_model"]
+__all__ = ["load_state_dict", "load_checkpoint_in_model", "CheckpointMismatchError"]
 
 logger = logging.getLogger("accel.big_modeling")
 
@@ -95,9 +95,11 @@ def load_checkpoint_in_model(model: nn.Module, checkpoint: str | os.PathLike[str
     device ``device_map`` gives it (CPU without a map), cast to ``dtype`` for floating
     tensors (float32 in ``keep_in_fp32_modules``), or written to ``offload_folder`` when
     mapped to ``"disk"``. ``offload_state_dict`` parks CPU-mapped weights on disk while
-    loading to keep peak RAM low. Tensors the checkpoint lacks are an error with ``strict``,
-    and always when they are still on ``meta`` (the model could not run); unexpected ones
-    are an error with ``strict``. ``broadcast_from_rank0`` and ``full_state_dict=False``
+    loading to keep peak RAM low. Without a map, materialised tensors take the values in
+    place (as Accelerate's ``load_state_dict``). Unexpected names are skipped with
+    Accelerate's warning; with ``strict`` any name mismatch raises
+    ``CheckpointMismatchError`` (a ``RuntimeError``). Tensors left on ``meta`` are an error
+    (the model could not run). ``broadcast_from_rank0`` and ``full_state_dict=False``
     (sharded loading) are not supported here: load the full state dict on every rank.
     """
     if broadcast_from_rank0 or not full_state_dict:
@@ -110,7 +112,7 @@ def load_checkpoint_in_model(model: nn.Module, checkpoint: str | os.PathLike[str
     dtype = convert_dtype(dtype)
     if device_map is not None:
         device_map = validate_device_map(device_map)
-        check_device_map(model, device_map)
+        _check_coverage(model, device_map)  # Accelerate's loader does not warn on keys
         if "disk" in device_map.values() and offload_folder is None:
             raise ConfigurationError("The device_map puts weights on 'disk': pass "
                                      "offload_folder= (a directory to write them to).")
@@ -138,6 +140,8 @@ def load_checkpoint_in_model(model: nn.Module, checkpoint: str | os.PathLike[str
                     target_dtype = torch.float32 if any(
                         name == m or name.startswith(m + ".") or f".{m}." in f".{name}"
                         for m in keep) else dtype
+                if device_map is None and _copy_in_place(model, name, value, target_dtype):
+                    continue
                 device = "cpu" if device_map is None else _mapped(name, device_map)
                 if device == "disk":
                     if offload_buffers or name not in buffers:
@@ -167,20 +171,49 @@ def load_checkpoint_in_model(model: nn.Module, checkpoint: str | os.PathLike[str
     _report(model, checkpoint, expected, found, unexpected, tied, strict)
 
 
+def _copy_in_place(model: nn.Module, name: str, value: torch.Tensor, dtype: Any) -> bool:
+    """Without a device map a materialised tensor takes the values where it is (Accelerate
+    loads through ``load_state_dict`` there): same object on the same device, so an optimizer
+    made before loading still holds the model's parameters."""
+    owner, local = get_module_and_name(model, name)
+    old = owner._parameters[local] if local in owner._parameters else owner._buffers.get(local)
+    if old is None or old.device.type == "meta" or old.shape != value.shape or \
+            (dtype is not None and dtype != old.dtype):
+        return False
+    with torch.no_grad():
+        old.copy_(value)
+    return True
+
+
+class CheckpointMismatchError(ConfigurationError, RuntimeError):
+    """``strict=True`` and the names differ: a ``RuntimeError`` as torch's
+    ``load_state_dict`` raises in Accelerate, and a ``ValueError`` as accel's others."""
+
+
 def _report(model: nn.Module, checkpoint: Any, expected: set[str], found: set[str],
             unexpected: list[str], tied: list[list[str]], strict: bool) -> None:
-    """Missing/unexpected names: errors when strict or when a tensor is left on meta."""
+    """Missing/unexpected names: errors when strict or when a tensor is left on meta;
+    unexpected ones otherwise warn with Accelerate's text (they were not loaded)."""
     tied_found = {n for group in tied if found & set(group) for n in group}
     missing = sorted(expected - found - tied_found)
     state = dict(model.named_parameters(remove_duplicate=False)) | dict(model.named_buffers())
     on_meta = [n for n in missing if n in state and state[n].device.type == "meta"]
+    if strict and (missing or unexpected):
+        raise CheckpointMismatchError(
+            f"Error(s) in loading state_dict for {type(model).__name__} from {str(checkpoint)!r}"
+            f": missing key(s) {missing[:10]}, unexpected key(s) {sorted(unexpected)[:10]}. "
+            "Pass strict=False to load the matching names only.")
     if on_meta:
         raise ConfigurationError(f"The checkpoint {str(checkpoint)!r} lacks {on_meta[:10]}"
                                  f"{' (and more)' if len(on_meta) > 10 else ''}, left on the "
                                  "meta device: check that it belongs to this model.")
-    if strict and (missing or unexpected):
-        raise ConfigurationError(f"The checkpoint {str(checkpoint)!r} does not match the model:"
-                                 f" missing {missing[:10]}, unexpected {unexpected[:10]}.")
-    if missing or unexpected:
-        logger.warning("Loading %s: missing keys %s, unexpected keys %s.", checkpoint,
-                       missing[:10], unexpected[:10])
+    if unexpected:
+        names = "{" + ", ".join(repr(n) for n in sorted(set(unexpected))) + "}"
+        logger.warning(
+            f"Some weights of the model checkpoint at {checkpoint} were not used when "
+            f"initializing {type(model).__name__}: {names}. This may or may not be an issue - "
+            "make sure that the checkpoint does not have unnecessary parameters, or that the "
+            "model definition correctly corresponds to the checkpoint.")
+    if missing:
+        logger.warning("The checkpoint at %s has no weights for %s of %s: they keep their "
+                       "current values.", checkpoint, missing[:10], type(model).__name__)

@@ -8,10 +8,11 @@ strings such as ``"10GiB"`` / ``"500MB"``.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 from typing import Any
 
 import torch
@@ -23,6 +24,8 @@ from torch import nn
 __all__ = ["compute_module_sizes", "compute_module_total_buffer_size", "calculate_maximum_sizes",
            "get_max_layer_size", "get_max_memory", "get_balanced_memory", "parse_memory",
            "normalize_device", "convert_dtype"]
+
+logger = logging.getLogger("accel.big_modeling")
 
 _CUDA = re.compile(r"^(?:cuda|xpu|npu|mlu|musa|hpu):(\d+)$")
 
@@ -169,7 +172,10 @@ def _available_cpu_memory() -> int:
 
 def get_max_memory(max_memory: Mapping[Any, Any] | None = None) -> dict[int | str, int]:
     """Bytes usable per device: the free memory of each GPU and of the CPU, or ``max_memory``
-    with its strings parsed and its keys ordered GPUs first, then mps, cpu, disk."""
+    with its strings parsed and its keys ordered GPUs first, then mps, cpu, disk.
+
+    As Accelerate does, the caller's dict gets its string sizes replaced by ints in place:
+    transformers compares its own ``max_memory`` with the result afterwards."""
     if max_memory is None:
         found: dict[int | str, int] = {}
         if torch.cuda.is_available():
@@ -185,7 +191,14 @@ def get_max_memory(max_memory: Mapping[Any, Any] | None = None) -> dict[int | st
         if device == "meta":
             raise ConfigurationError(f"max_memory key {key!r}: the meta device holds no weights.")
         parsed[device] = parse_memory(value, key)
+        if isinstance(value, str) and isinstance(max_memory, MutableMapping):
+            max_memory[key] = parsed[device]
     gpus = sorted(k for k in parsed if isinstance(k, int))
+    count = torch.cuda.device_count()
+    for index in gpus:
+        if index >= count:
+            logger.warning(f"Device {index} is not available, available devices are "
+                           f"{list(range(count))}")
     order = [*gpus, *(k for k in ("mps", "cpu", "disk") if k in parsed)]
     return {k: parsed[k] for k in order}
 

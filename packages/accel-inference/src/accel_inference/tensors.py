@@ -55,8 +55,9 @@ def set_module_tensor_to_device(module: nn.Module, tensor_name: str, device: Any
     """
     owner, name = get_module_and_name(module, tensor_name)
     if name not in owner._parameters and name not in owner._buffers:
-        raise ConfigurationError(f"{type(owner).__name__} has no parameter or buffer named "
-                                 f"{name!r} (full name {tensor_name!r}).")
+        raise ConfigurationError(f"{type(owner).__name__} does not have a parameter or a buffer "
+                                 f"named {name} (full name {tensor_name!r}): check the name "
+                                 "against model.state_dict().")
     is_buffer = name in owner._buffers
     old = owner._buffers[name] if is_buffer else owner._parameters[name]
     source = value if value is not None else old
@@ -68,16 +69,17 @@ def set_module_tensor_to_device(module: nn.Module, tensor_name: str, device: Any
         return
     if old is None:
         raise ConfigurationError(f"{tensor_name!r} is None in the model: nothing to place.")
-    if (isinstance(value, torch.Tensor) and value.shape != old.shape
-            and type(old).__name__ != "Params4bit"):  # 4-bit weights are stored packed
-        raise ConfigurationError(
-            f"value for {tensor_name!r} has shape {tuple(value.shape)}, but the model's tensor "
-            f"has shape {tuple(old.shape)}: this is a weight of another layer or model; check "
-            "the checkpoint matches the model.")
     target = torch.device(device) if not isinstance(device, torch.device) else device
     if value is None and old.device.type == "meta" and target.type != "meta":
-        raise ConfigurationError(f"{tensor_name!r} is on the meta device: pass value= (the "
-                                 f"weights) to put it on {device}.")
+        raise ConfigurationError(f"{name} is on the meta device, we need a `value` to put in on "
+                                 f"{device}: pass value= (the weights of {tensor_name!r}).")
+    shape = getattr(value, "shape", None)  # tensors and arrays, as Accelerate checks
+    if (shape is not None and tuple(shape) != tuple(old.shape)
+            and type(old).__name__ != "Params4bit"):  # 4-bit weights are stored packed
+        raise ConfigurationError(
+            f'Trying to set a tensor of shape {shape} in "{name}" (which has shape '
+            f"{old.shape}), this looks incorrect: {tensor_name!r} in the checkpoint belongs to "
+            "another layer or model; check that the checkpoint matches the model.")
     with torch.no_grad():
         if value is None and target.type == "meta":  # native, unlike .to("meta")
             new = torch.empty_like(old, device=target, dtype=dtype or old.dtype)
@@ -112,12 +114,17 @@ def set_module_tensor_to_device(module: nn.Module, tensor_name: str, device: Any
         clear_device_cache()
 
 
-def get_non_persistent_buffers(module: nn.Module, recurse: bool = False) -> set[str]:
-    """Names of buffers registered with ``persistent=False`` (not in the state dict)."""
-    if not recurse:
-        return set(module._non_persistent_buffers_set)
-    return {f"{prefix}.{name}".lstrip(".") for prefix, sub in module.named_modules()
-            for name in sub._non_persistent_buffers_set}
+def get_non_persistent_buffers(module: nn.Module, recurse: bool = False,
+                               fqns: bool = False) -> set[str]:
+    """Names of buffers registered with ``persistent=False`` (not in the state dict), in a new
+    set (the module's own is never touched). As in Accelerate, ``recurse`` gives bare names
+    and ``fqns=True`` dotted ones (``"sub.buf"``; the root's also as ``".buf"``)."""
+    found = set(module._non_persistent_buffers_set)
+    if recurse:
+        for prefix, sub in module.named_modules():
+            names = sub._non_persistent_buffers_set
+            found |= {f"{prefix}.{n}" for n in names} if fqns else names
+    return found
 
 
 def named_module_tensors(module: nn.Module, include_buffers: bool = True, recurse: bool = False,
@@ -125,8 +132,9 @@ def named_module_tensors(module: nn.Module, include_buffers: bool = True, recurs
     """Parameters then (optionally) buffers of ``module``, with their dotted names."""
     yield from module.named_parameters(recurse=recurse)
     if include_buffers:
-        skip = get_non_persistent_buffers(module, recurse=recurse) if remove_non_persistent \
-            else set()
+        # dotted names, the ones named_buffers gives (Accelerate's bare ones miss nested buffers)
+        skip = get_non_persistent_buffers(module, recurse=recurse, fqns=True) \
+            if remove_non_persistent else set()
         for name, buffer in module.named_buffers(recurse=recurse):
             if name not in skip:
                 yield name, buffer

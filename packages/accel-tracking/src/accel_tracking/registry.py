@@ -50,7 +50,9 @@ def register_tracker_class(cls: type[GeneralTracker], name: str | None = None, *
     """Make ``cls`` usable by name in ``log_with`` (also works as a class decorator).
 
     ``cls`` must set ``name`` (or pass ``name=``) and ``requires_logging_directory``
-    itself: the base class's default says nothing about how the class is built."""
+    itself: the base class's default says nothing about how the class is built. A name
+    already taken (a built-in's too) is replaced with Accelerate's warning; ``override=True``
+    replaces it silently."""
     if not (isinstance(cls, type) and issubclass(cls, GeneralTracker)):
         raise ConfigurationError(
             f"register_tracker_class needs a GeneralTracker subclass, got {cls!r}: subclass "
@@ -66,7 +68,12 @@ def register_tracker_class(cls: type[GeneralTracker], name: str | None = None, *
             f"Tracker class {cls.__name__} does not set `requires_logging_directory`: set "
             "the class attribute to True if its constructor takes the logging directory "
             "after the run name, else to False.")
-    TRACKERS.register(key, cls, override=override)
+    if not override and key in TRACKERS:
+        warnings.warn(f"A tracker with the name '{key}' is already registered and will be "
+                      f"overwritten by {cls}. This is especially significant when shadowing a "
+                      "built-in tracker. (Pass override=True to replace it without this "
+                      "warning.)", UserWarning, stacklevel=2)
+    TRACKERS.register(key, cls, override=True)
     return cls
 
 

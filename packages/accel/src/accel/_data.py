@@ -16,6 +16,7 @@ from accel_data import DataLoaderConfiguration
 from accel_data import gather_for_metrics as _gather_for_metrics
 from accel_data import prepare_data_loader as _prepare
 from accel_data import skip_first_batches as _skip_first_batches
+from accel_state import DistributedType
 from accel_state.errors import ConfigurationError
 
 __all__ = ["DataMixin", "UNSET", "resolve_dataloader_config"]
@@ -125,22 +126,27 @@ class DataMixin:
         others' gradient all-reduces (torch's ``Join`` over ``joinables``, the prepared
         models) instead of hanging them. ``even_batches`` overrides the prepared loaders'
         setting for the block (False: no padding, so ranks may see different numbers of
-        batches); join is enabled exactly when batches are uneven. Other strategies warn and
-        run the block as it is.
+        batches); join is enabled exactly when batches are uneven. As in Accelerate, anything
+        else (one process, a strategy without join, models that are not DDP) runs the block
+        as it is, with a warning unless the run is a plain single-process one.
         """
         if even_batches is None:
             even_batches = self.even_batches
         strategy = self._strategy  # type: ignore[attr-defined]
-        context = strategy.join(list(joinables), enable=not even_batches) \
-            if strategy.dp_size > 1 else None
+        joinables = list(joinables)
+        usable = [j for j in joinables if _can_join(j)]
+        context = strategy.join(usable, enable=not even_batches) \
+            if strategy.dp_size > 1 and usable else None
         if context is None:
-            if strategy.dp_size > 1:
-                warnings.warn(
-                    f"join_uneven_inputs has no effect with the {strategy.name!r} strategy: "
-                    "joining uneven inputs needs DDP; keep even_batches=True instead.",
-                    stacklevel=3)
+            if strategy.dp_size > 1 or \
+                    self.distributed_type != DistributedType.NO:  # type: ignore[attr-defined]
+                warnings.warn(_no_join_message(strategy, joinables, usable, joined=False),
+                              UserWarning, stacklevel=3)
             yield
             return
+        if len(usable) < len(joinables):
+            warnings.warn(_no_join_message(strategy, joinables, usable, joined=True),
+                          UserWarning, stacklevel=3)
         loaders = [dl for dl in self._dataloaders  # type: ignore[attr-defined]
                    if hasattr(dl, "even_batches")]
         previous = [dl.even_batches for dl in loaders]
@@ -153,3 +159,30 @@ class DataMixin:
             for loader, value in zip(loaders, previous, strict=True):
                 loader.even_batches = value
 
+
+def _can_join(obj: Any) -> bool:
+    """Whether torch's ``Join`` can take ``obj``: a DDP model or ZeroRedundancyOptimizer, seen
+    through a compile wrapper or an accel optimizer wrapper."""
+    from torch.distributed.algorithms import Joinable
+
+    obj = getattr(obj, "_orig_mod", obj) if isinstance(obj, torch.nn.Module) else obj
+    return isinstance(obj, Joinable) or isinstance(getattr(obj, "optimizer", None), Joinable)
+
+
+def _no_join_message(strategy: Any, joinables: list[Any], usable: list[Any],
+                     joined: bool) -> str:
+    """Accelerate's words first (its tests look for them), then what applies here."""
+    head = ("Joining uneven inputs is only supported for multi-GPU training, as a result "
+            "`join_uneven_inputs` will have no effect")
+    if strategy.dp_size <= 1:
+        return f"{head}: this run has one data-parallel process."
+    skipped = [type(j).__name__ for j in joinables if not any(j is u for u in usable)]
+    if joined:
+        return (f"{head} for {skipped}: only DDP models (and ZeroRedundancyOptimizers) join; "
+                "pass the models accelerator.prepare returned.")
+    if usable:
+        return (f"{head}: the {strategy.name!r} strategy cannot join uneven inputs (it needs "
+                "DDP); keep even_batches=True.")
+    return (f"{head} on {skipped}: only DDP models (and ZeroRedundancyOptimizers) join, under "
+            f"a DDP strategy (this run's is {strategy.name!r}); pass the models "
+            "accelerator.prepare returned, or keep even_batches=True.")

@@ -1,8 +1,13 @@
-"""TensorBoard: event files in ``<logging_dir>/<run_name>`` (torch's writer, else tensorboardX)."""
+"""TensorBoard: event files in ``<logging_dir>/<run_name>`` (torch's writer, else tensorboardX).
+
+As in Accelerate, ``logging_dir`` is the project's logging directory (``project_dir`` unless
+``ProjectConfiguration(logging_dir=...)`` says otherwise) and the run name its sub-folder.
+"""
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 from typing import Any
 
@@ -11,6 +16,8 @@ from accel_state.errors import MissingDependencyError
 from accel_tracking.base import GeneralTracker, as_number, flatten, on_main_process, skip_warning
 
 __all__ = ["TensorBoardTracker"]
+
+logger = logging.getLogger("accel.tracking")
 
 
 def _summary_writer_class() -> Any:
@@ -43,6 +50,7 @@ class TensorBoardTracker(GeneralTracker):
     def __init__(self, run_name: str, logging_dir: str | os.PathLike[str], **kwargs: Any) -> None:
         super().__init__()
         self.run_name = run_name
+        self.logging_dir_param = logging_dir  # Accelerate's name for the parent folder
         self.logging_dir = os.path.join(logging_dir, run_name)
         self.init_kwargs = kwargs
         self.writer: Any = None
@@ -59,7 +67,13 @@ class TensorBoardTracker(GeneralTracker):
 
     @on_main_process
     def start(self) -> None:
+        """Open the writer in ``<logging_dir>/<run_name>`` (read at start, as Accelerate does)
+        and say once where the event files go: nothing else tells the user."""
+        self.logging_dir = os.path.join(self.logging_dir_param, self.run_name)
         self.writer = _summary_writer_class()(self.logging_dir, **self.init_kwargs)
+        logger.info("TensorBoard: event files for run %r go to %s (view them with: "
+                    "tensorboard --logdir %s)", self.run_name,
+                    os.path.abspath(self.logging_dir), self.logging_dir_param)
 
     @on_main_process
     def store_init_configuration(self, values: dict[str, Any]) -> None:
