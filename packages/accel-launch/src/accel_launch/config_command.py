@@ -114,14 +114,14 @@ def config_command(args: argparse.Namespace) -> int:
         return 1
     target = save_config(cfg, _target(args.config_file))
     load_config_from_file(target)
-    print(f"accelerate configuration saved at {target}")
+    print(f"accel configuration saved at {target}")
     return 0
 
 
 def _default_command(args: argparse.Namespace) -> int:
     written = write_basic_config(args.mixed_precision, args.config_file)
     if written:
-        print(f"accelerate configuration saved at {written}")
+        print(f"accel configuration saved at {written}")
     return 0
 
 

@@ -16,7 +16,7 @@ def format_dry_run(resolved: Resolved, plan: LaunchPlan) -> str:
     """Settings that are not at their default (with their source), then the plan."""
     args, sources = resolved.args, resolved.sources
     lines = ["accel launch --dry_run: nothing was started.", ""]
-    lines.append(f"config file: {resolved.config.label if resolved.config else 'none'}")
+    lines.append(f"config: {resolved.config.label if resolved.config else 'none'}")
     lines.append("")
     lines.append("settings (value  <- source):")
     for group in GROUPS:

@@ -222,7 +222,7 @@ def run_launch(args: argparse.Namespace) -> int:
             print(f"{_PROG}: warning: {note}", file=sys.stderr)
         nproc = plan.config["nproc_per_node"]
         where = "CPU" if args.cpu else "default device"
-        source = f", config {resolved.config.label}" if resolved.config else ""
+        source = f", {resolved.config.label}" if resolved.config else ""
         print(f"{_PROG}: starting {nproc} process(es) on this machine ({where}{source}), "
               f"rendezvous at {plan.config['rdzv_endpoint']}", file=sys.stderr)
     return run_plan(plan, quiet=args.quiet, debug=args.debug)

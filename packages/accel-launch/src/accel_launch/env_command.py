@@ -102,7 +102,7 @@ def config_info(config_file: str | None = None) -> str:
 def env_command(args: argparse.Namespace) -> int:
     """Handler of `accel env`."""
     info = collect_env_info()
-    info["accel config file"] = config_info(getattr(args, "config_file", None))
+    info["accel config"] = config_info(getattr(args, "config_file", None))
     sys.stdout.write(format_env_info(info))
     return 0
 

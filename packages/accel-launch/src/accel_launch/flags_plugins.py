@@ -196,16 +196,39 @@ def _refused(opt: str, why: str, kind: str = "str", **kw: object) -> Flag:
                 unsupported=why, **kw)  # type: ignore[arg-type]
 
 
-#: Accelerate's defaults of its Megatron-LM flags (1 = no split, clip at 1.0): they pass.
+#: Accelerate's defaults of its Megatron-LM flags (1 = no split, clip at 1.0, False = off):
+#: a namespace built for Accelerate carries them, and they pass.
 _MEGATRON_OFF = {"tp_degree": ("1",), "pp_degree": ("1",), "gradient_clipping": ("1.0", "1")}
-_MEGATRON_FLAGS = tuple(_refused(f"--megatron_lm_{n}", _MEGATRON, inert=_MEGATRON_OFF.get(n, ()))
-                        for n in ("tp_degree", "pp_degree", "num_micro_batches",
-                                  "sequence_parallelism", "recompute_activations",
-                                  "use_distributed_optimizer", "gradient_clipping"))
+_MEGATRON_NAMES = (  # Accelerate 1.15's --megatron_lm_* flags, by value kind
+    *((n, "str") for n in ("sequence_parallelism", "recompute_activations",
+                           "use_distributed_optimizer", "recompute_granularity",
+                           "recompute_method", "attention_backend",
+                           "attention_softmax_in_fp32", "calculate_per_token_loss",
+                           "use_rotary_position_embeddings")),
+    *((n, "int") for n in ("tp_degree", "pp_degree", "num_micro_batches",
+                           "decoder_last_pipeline_num_layers", "recompute_num_layers",
+                           "expert_model_parallel_size", "context_parallel_size",
+                           "expert_tensor_parallel_size")),
+    *((n, "float") for n in ("gradient_clipping", "attention_dropout", "hidden_dropout")),
+    # type=bool in Accelerate (default False): any text but "" turns them on there
+    *((n, "bool-like") for n in ("use_custom_fsdp", "no_load_optim", "no_save_optim",
+                                 "eod_mask_loss", "overlap_cpu_optimizer_d2h_h2d",
+                                 "optimizer_cpu_offload", "use_precision_aware_optimizer")),
+)
+_MEGATRON_FLAGS = tuple(
+    _refused(f"--megatron_lm_{n}", _MEGATRON, "str" if kind == "bool-like" else kind,
+             inert=_MEGATRON_OFF.get(n, ("False", "false") if kind == "bool-like" else ()))
+    for n, kind in _MEGATRON_NAMES)
+_FSDP_AC_OFFLOAD = (
+    "offloading checkpointed activations to CPU is not implemented by accel's FSDP2: drop "
+    "--fsdp_activation_checkpointing_offload (activations stay on the device) and keep "
+    "--fsdp_activation_checkpointing true, or lower the batch size.")
 
 _UNSUPPORTED = Group("refused (Megatron-LM, TPU, SageMaker, IPEX/XPU)", "Accepted by "
                      "Accelerate; accel answers each with one clear error.", (
     *_MEGATRON_FLAGS,
+    _refused("--fsdp_activation_checkpointing_offload", _FSDP_AC_OFFLOAD, "str",
+             inert=("False", "false")),
     _refused("--ipex", _IPEX, "switch"),
     _refused("--use_xpu", _IPEX, "switch"),
     _refused("--tpu_cluster", _TPU, "switch", dest_name="tpu_use_cluster"),

@@ -11,6 +11,8 @@ from accel_inference.cli_estimate import register as estimate_command_register
 from accel_inference.estimate import estimate_training, estimate_weights
 from accel_launch.parser import verb_parser
 
+from accel._module_compat import forward_to
+
 __all__ = ["estimate_command", "estimate_command_parser", "estimate_command_register",
            "estimate_training", "estimate_weights"]
 
@@ -19,3 +21,8 @@ def estimate_command_parser(subparsers: Any = None) -> argparse.ArgumentParser:
     """The ``accel estimate-memory`` parser (added to ``subparsers`` when given), as
     Accelerate names it."""
     return verb_parser(estimate_command_register, "estimate-memory", subparsers)
+
+
+# Accelerate's incidental names (helpers its module happened to import), on first use
+__getattr__ = forward_to(__name__, "accel.utils", "accel.commands.config.config_args",
+                         "accel.big_modeling")

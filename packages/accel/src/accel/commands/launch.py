@@ -10,6 +10,8 @@ from accel_launch.launch_utils import (
     prepare_simple_launcher_cmd_env,
 )
 
+from accel._module_compat import forward_to
+
 __all__ = [
     "launch_command",
     "launch_command_parser",
@@ -18,3 +20,8 @@ __all__ = [
     "prepare_multi_gpu_env",
     "prepare_simple_launcher_cmd_env",
 ]
+
+
+# Accelerate's incidental names (helpers its module happened to import), on first use
+__getattr__ = forward_to(__name__, "accel.utils", "accel.commands.config.config_args",
+                         "accel.big_modeling")

@@ -11,9 +11,16 @@ from accel_launch.selftest import register as test_command_register
 from accel_launch.selftest import run_selftest as test_command
 from accel_launch.selftest import test_script_path
 
+from accel._module_compat import forward_to
+
 __all__ = ["test_command", "test_command_parser", "test_command_register", "test_script_path"]
 
 
 def test_command_parser(subparsers: Any = None) -> argparse.ArgumentParser:
     """The ``accel test`` parser (added to ``subparsers`` when given), as Accelerate names it."""
     return verb_parser(test_command_register, "test", subparsers)
+
+
+# Accelerate's incidental names (helpers its module happened to import), on first use
+__getattr__ = forward_to(__name__, "accel.utils", "accel.commands.config.config_args",
+                         "accel.big_modeling")

@@ -9,6 +9,8 @@ from accel_launch.parser import verb_parser
 from accel_launch.to_fsdp2 import convert_config_to_fsdp2, to_fsdp2_command
 from accel_launch.to_fsdp2 import register as to_fsdp2_command_register
 
+from accel._module_compat import forward_to
+
 __all__ = ["convert_config_to_fsdp2", "to_fsdp2_command", "to_fsdp2_command_parser",
            "to_fsdp2_command_register"]
 
@@ -17,3 +19,8 @@ def to_fsdp2_command_parser(subparsers: Any = None) -> argparse.ArgumentParser:
     """The ``accel to-fsdp2`` parser (added to ``subparsers`` when given), as Accelerate
     names it."""
     return verb_parser(to_fsdp2_command_register, "to-fsdp2", subparsers)
+
+
+# Accelerate's incidental names (helpers its module happened to import), on first use
+__getattr__ = forward_to(__name__, "accel.utils", "accel.commands.config.config_args",
+                         "accel.big_modeling")

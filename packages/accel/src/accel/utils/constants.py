@@ -28,6 +28,11 @@ from accel_checkpoint.constants import (
     WEIGHTS_PATTERN_NAME,
 )
 from accel_inference.layerwise import CASTABLE_LAYERS as SUPPORTED_PYTORCH_LAYERS_FOR_UPCASTING
+from accel_launch.config_classes import (
+    SAGEMAKER_PYTHON_VERSION,
+    SAGEMAKER_PYTORCH_VERSION,
+    SAGEMAKER_TRANSFORMERS_VERSION,
+)
 from accel_parallel.fsdp_plugin import (
     FSDP2_STATE_DICT_TYPE,
     FSDP_AUTO_WRAP_POLICY,
@@ -38,9 +43,6 @@ from accel_parallel.fsdp_plugin import (
 
 from accel._module_compat import forward_to
 
-SAGEMAKER_PYTORCH_VERSION = "1.10.2"
-SAGEMAKER_PYTHON_VERSION = "py38"
-SAGEMAKER_TRANSFORMERS_VERSION = "4.17.0"
 SAGEMAKER_PARALLEL_EC2_INSTANCES = ["ml.p3.16xlarge", "ml.p3dn.24xlarge", "ml.p4dn.24xlarge"]
 FSDP_PYTORCH_VERSION = "2.1.0.a0+32f93b1"
 FSDP2_PYTORCH_VERSION = "2.6.0"

@@ -18,7 +18,6 @@ from accel._module_compat import forward_to
 
 __all__ = sorted({*_state_all, *_tracking_all, "deepspeed_required"})
 
-__all__ += ["USE_TORCH_XLA", "is_torch_distributed_available", "is_tqdm_available"]
 
 
 # Accelerate's incidental names (helpers its module happened to import), on first use

@@ -18,6 +18,7 @@ from accel._accelerate_helpers import (
     prepare_tpu,
 )
 from accel._module_compat import forward_to
+from accel.commands.config.config_args import SageMakerConfig
 
 __all__ = [
     "PrepareForLaunch",
@@ -30,7 +31,8 @@ __all__ = [
     "prepare_simple_launcher_cmd_env",
 ]
 
-__all__ += ["get_free_port", "merge_dicts", "prepare_sagemager_args_inputs", "prepare_tpu"]
+__all__ += ["SageMakerConfig", "get_free_port", "merge_dicts", "prepare_sagemager_args_inputs",
+            "prepare_tpu"]
 
 
 # Accelerate's incidental names (helpers its module happened to import), on first use

@@ -13,7 +13,6 @@ from accel._module_compat import forward_to
 
 __all__ = ["tqdm"]
 
-__all__ += ["is_tqdm_available"]
 
 
 # Accelerate's incidental names (helpers its module happened to import), on first use

@@ -13,6 +13,8 @@ from accel_launch.config_file import (
     load_config_from_file,
 )
 
+from accel._module_compat import forward_to
+
 __all__ = [
     "cache_dir",
     "config_command",
@@ -23,3 +25,8 @@ __all__ = [
     "update_config",
     "write_basic_config",
 ]
+
+
+# Accelerate's incidental names (helpers its module happened to import), on first use
+__getattr__ = forward_to(__name__, "accel.utils", "accel.commands.config.config_args",
+                         "accel.big_modeling")
