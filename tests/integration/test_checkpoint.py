@@ -216,4 +216,4 @@ def test_flipped_byte_is_named_by_load_state_and_verify(scripts, first_save, tmp
     code = main(["checkpoint", "verify", str(target.parent)])
     verify = capsys.readouterr()
     assert code == 1, verify
-    assert "model.safetensors" in verify.err and "sha256" in verify.err, verify
+    assert "model.safetensors" in verify.err and "xxh3-128" in verify.err, verify

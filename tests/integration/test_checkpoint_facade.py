@@ -6,7 +6,7 @@ import time
 
 import pytest
 import torch
-from accel_checkpoint import CorruptCheckpointError
+from accel_checkpoint import CheckpointError, CorruptCheckpointError
 from accel_state.errors import ConfigurationError
 from torch import nn
 
@@ -112,6 +112,7 @@ def test_hook_files_are_committed_verified_and_gate_background_loads(tmp_path):
         model.weight.zero_()
     accelerator.load_state(path)
     assert torch.equal(model.weight, expected)
+    good = accelerator.save_state(tmp_path / "good")
 
     target = tmp_path / "ckpt" / "net" / "model.safetensors"
     data = bytearray(target.read_bytes())
@@ -130,6 +131,15 @@ def test_hook_files_are_committed_verified_and_gate_background_loads(tmp_path):
     assert not (tmp_path / "after").exists()
     with pytest.raises(ConfigurationError, match="'fast'.*full or background"):
         accelerator.load_state(path, verify="fast")
+    with pytest.raises(CheckpointError, match="missing"):  # a refused load changes nothing:
+        accelerator.load_state(tmp_path / "missing")
+    with pytest.raises(CorruptCheckpointError, match="net/model.safetensors"):
+        optimizer.step()  # the bad state is still guarded
+    # the error belongs to the load that found it: loading a good checkpoint recovers
+    accelerator.load_state(good, verify="full")
+    assert torch.equal(model.weight, expected)
+    optimizer.step()
+    assert accelerator.save_state(tmp_path / "after")
 
 
 def test_background_verification_passes_and_async_save_defers_the_copy(tmp_path, monkeypatch):

@@ -74,7 +74,8 @@ def test_accel_files_without_a_manifest_are_refused_not_loaded_as_accelerate(tmp
 
 
 @pytest.mark.parametrize("leftover", ["checkpoint_3.tmp-0123456789ab",
-                                      "checkpoint_3.old-0123456789ab"])
+                                      "checkpoint_3.old-0123456789ab",
+                                      "checkpoint_3.deleting-0123456789ab"])
 @pytest.mark.parametrize("content", ["accel", "accelerate"])
 def test_staging_and_parked_folders_are_never_loaded(tmp_path, leftover, content):
     if content == "accel":
@@ -83,7 +84,8 @@ def test_staging_and_parked_folders_are_never_loaded(tmp_path, leftover, content
     else:
         accelerator, _ = _accelerate_objects()
         shutil.copytree(FIXTURES / "safetensors", tmp_path / leftover)
-    why = "staging folder of an interrupted save" if ".tmp-" in leftover else "parked"
+    why = {".tmp-": "staging folder of an interrupted save", ".old-": "parked",
+           ".deleting-": "rotation was deleting"}[leftover[12:leftover.index("-") + 1]]
     with pytest.raises(CorruptCheckpointError, match=why):
         accelerator.load_state(tmp_path / leftover)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import random
 import shutil
 from pathlib import Path
@@ -86,14 +87,64 @@ def test_layout_is_manifest_safetensors_and_json_without_pickles(tmp_path):
                      "optimizer.safetensors", "random_states_0.json",
                      "random_states_0.safetensors"]
     manifest = json.loads((path / "manifest.json").read_text())
-    assert manifest["format_version"] == 3 and manifest["step"] == 7
+    assert manifest["format_version"] == 4 and manifest["step"] == 7
     assert len(manifest["manifest_sha256"]) == 64
     assert manifest["world_size"] == 1 and "torch" in manifest["libraries"]
     assert set(manifest["files"]) == set(names) - {"manifest.json"}
-    assert all(len(f["sha256"]) == 64 and f["size"] > 0 for f in manifest["files"].values())
-    assert all(len(f["chunks"]) == -(-f["size"] // f["chunk_size"]) and
-               all(len(c) == 64 for c in f["chunks"]) for f in manifest["files"].values())
+    records = manifest["files"].values()
+    assert all(f["algorithm"] == "xxh3-128" and "sha256" not in f and f["size"] > 0
+               and len(f["xxh3_128_file"]) == 32 for f in records)  # the default digest
+    assert all(len(f["xxh3_128"]) == -(-f["size"] // f["chunk_size"]) and
+               all(len(c) == 32 for c in f["xxh3_128"]) for f in records)
     assert not list(tmp_path.glob("*.tmp-*"))
+
+
+def test_sha256_digests_on_request_load_and_verify_with_sha256(tmp_path):
+    from accel_checkpoint import digest_algorithm
+    from accel_checkpoint.manifest import verify_checkpoint
+
+    model, optimizer, scheduler = _setup()
+    _train(model, optimizer, scheduler, 1)
+    with digest_algorithm("sha256"):
+        path = save_checkpoint(tmp_path / "ckpt", {"model": model}, step=2)
+        pending = save_checkpoint(tmp_path / "async", {"model": model}, async_save=True)
+    async_path = pending.wait()  # written on another thread: the choice travels with it
+    for folder in (path, async_path):
+        records = json.loads((folder / "manifest.json").read_text())["files"].values()
+        assert all(f["algorithm"] == "sha256" and len(f["sha256"]) == 64
+                   and len(f["chunks"]) == len(f["xxh3_128"]) for f in records)
+    fresh = _setup()[0]
+    load_checkpoint(path, {"model": fresh})
+    assert all(torch.equal(a, b) for a, b in zip(fresh.state_dict().values(),
+                                                 model.state_dict().values()))
+    data = bytearray((path / "model.safetensors").read_bytes())
+    data[-3] ^= 0x01
+    (path / "model.safetensors").write_bytes(bytes(data))
+    with pytest.raises(CorruptCheckpointError, match="model.safetensors.*sha256 of chunk 0"):
+        verify_checkpoint(path, deep=True)
+    with pytest.raises(CheckpointError, match="'md5'.*xxh3-128"):
+        with digest_algorithm("md5"):
+            pass
+
+
+def test_a_committed_format_3_sha256_checkpoint_still_loads_and_verifies(tmp_path):
+    # written by accel-checkpoint 0.3.3 (sha256 records, format 3) before xxh3-128 became
+    # the default: tests/data/format3_sha256 (see its make.py)
+    import shutil
+
+    from accel_checkpoint.manifest import verify_checkpoint
+
+    source = Path(__file__).parent / "data" / "format3_sha256"
+    path = tmp_path / "old"
+    shutil.copytree(source, path, ignore=shutil.ignore_patterns("make.py"))
+    assert json.loads((path / "manifest.json").read_text())["format_version"] == 3
+    verify_checkpoint(path, deep=True)
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    loaded = load_checkpoint(path, {"model": model, "optimizer": optimizer}, rng=False)
+    assert loaded.step == 5
+    torch.testing.assert_close(model.weight, torch.arange(8.0).reshape(2, 4) / 10)
+    assert optimizer.state_dict()["state"][0]["momentum_buffer"].shape == (2, 4)
 
 
 def test_format_1_checkpoints_with_whole_file_sha256_still_load_and_verify(tmp_path):
@@ -291,3 +342,41 @@ def test_a_loaded_checkpoint_keeps_no_mapping_of_files_it_did_not_read(tmp_path,
     mapped = _mapped_files()
     assert str(path / "extra.bin") not in mapped
     assert str(path / "model.safetensors") not in mapped  # copied into the model
+
+
+def _open_files() -> list[str]:
+    fds = Path("/proc/self/fd")
+    found = []
+    for fd in fds.iterdir():
+        try:
+            found.append(os.readlink(fd))
+        except OSError:  # closed meanwhile (the listing's own descriptor)
+            pass
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads Linux's /proc")
+@pytest.mark.parametrize("verify", ["full", "background"])
+def test_a_loaded_checkpoint_pins_no_file_once_it_is_deleted(tmp_path, verify):
+    """The optimizer keeps the tensors it loads (torch does not copy them): they are copies,
+    so once rotation deletes the checkpoint no deleted file stays mapped or open."""
+    model = nn.Linear(64, 64)
+    optimizer = torch.optim.Adam(model.parameters())
+    model(torch.randn(2, 64)).sum().backward()
+    optimizer.step()
+    path = tmp_path / "ckpt"
+    save_checkpoint(path, {"model": model, "optimizer": optimizer}, data={"t": torch.ones(3)})
+    fresh = nn.Linear(64, 64)
+    fresh_optimizer = torch.optim.Adam(fresh.parameters())
+    loaded = load_checkpoint(path, {"model": fresh, "optimizer": fresh_optimizer},
+                             verify=verify)
+    if loaded.verification is not None:
+        loaded.verification.wait()
+    state = fresh_optimizer.state_dict()["state"][0]
+    torch.testing.assert_close(state["exp_avg"], optimizer.state_dict()["state"][0]["exp_avg"])
+    shutil.rmtree(path)  # what total_limit's rotation does
+    pinned = [line for line in _mapped_files().splitlines() if str(tmp_path) in line]
+    assert pinned == [], pinned
+    assert [f for f in _open_files() if str(tmp_path) in f] == []
+    assert torch.equal(loaded.data["t"], torch.ones(3))  # what the caller kept still reads
+    state["exp_avg"].add_(1.0)  # and the optimizer's state is its own to change

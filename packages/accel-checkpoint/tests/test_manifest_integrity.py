@@ -85,13 +85,15 @@ def test_every_single_byte_change_is_refused_or_changes_nothing(checkpoint, caps
     lambda m: m["libraries"].__setitem__("torch", "0.0.1"),
     lambda m: m["objects"]["model"].__setitem__("kind", "data"),
     lambda m: m["files"]["model.safetensors"].__setitem__(
-        "sha256", m["files"]["model.safetensors"]["sha256"][::-1]),
+        "xxh3_128_file", m["files"]["model.safetensors"]["xxh3_128_file"][::-1]),
+    lambda m: m["files"]["model.safetensors"]["xxh3_128"].__setitem__(0, "0" * 32),
+    lambda m: m["files"]["model.safetensors"].__setitem__("algorithm", "sha256"),
     lambda m: m["files"].__setitem__("model.safetenqors", m["files"].pop("model.safetensors")),
     lambda m: m["objects"].pop("model"),
     lambda m: m.__setitem__("format_version", 2),  # posing as a manifest without a digest
     lambda m: m.pop("manifest_sha256"),  # a format-3 manifest must carry its digest
-], ids=["step", "world_size", "created", "versions", "kind", "digest", "name", "object",
-        "older-version", "no-digest"])
+], ids=["step", "world_size", "created", "versions", "kind", "digest", "chunks", "algorithm",
+        "name", "object", "older-version", "no-digest"])
 def test_changed_fields_are_refused(checkpoint, capsys, change):
     where = checkpoint / "manifest.json"
     manifest = json.loads(where.read_text())

@@ -95,16 +95,46 @@ def test_reader_names_a_flipped_or_truncated_file(tmp_path):
         read_safetensors(path, FileRecord(record.size, record.sha256))
 
 
-def test_chunked_digests_name_the_damaged_chunk(tmp_path):
-    """Both digests of every chunk are recorded; loading checks xxh3-128, `accel checkpoint
-    verify` sha256, records without xxh3 digests fall back to sha256; each names the chunk."""
-    import hashlib
-
+def test_default_xxh3_records_name_the_damaged_chunk_whoever_checks():
+    """By default a record holds xxh3-128 digests only (per chunk and for the file), names
+    its algorithm, and is checked with xxh3-128 by loading and `accel checkpoint verify`."""
     import xxhash
     from accel_checkpoint.hashing import FileRecord, check_bytes, record_of
 
     data = bytearray(range(256)) * 4
     record = record_of(bytes(data), chunk_size=100)
+    assert record.algorithm == "xxh3-128" and not record.sha256 and not record.chunks
+    assert len(record.xxh3) == 11 and record.xxh3[0] == xxhash.xxh3_128(data[:100]).hexdigest()
+    rec = record.to_json()
+    assert rec["algorithm"] == "xxh3-128" and "sha256" not in rec
+    assert FileRecord.from_json(rec) == record
+    check_bytes("f", bytes(data), record, fast=False)  # intact: no error
+    data[250] ^= 0x01
+    for fast in (True, False):
+        with pytest.raises(CorruptCheckpointError, match=r"xxh3-128 of chunk 2 \(bytes 200-300"):
+            check_bytes("f", bytes(data), record, fast=fast)
+    with pytest.raises(ValueError, match="xxh3_128_file"):
+        FileRecord.from_json({**rec, "xxh3_128_file": "0" * 32})
+    with pytest.raises(ValueError, match="xxh3_128 chunk digests"):
+        FileRecord.from_json({**rec, "xxh3_128": rec["xxh3_128"][:3]})
+    with pytest.raises(ValueError, match="'crc32'"):
+        FileRecord.from_json({**rec, "algorithm": "crc32"})
+    assert record_of(b"").xxh3 == () and FileRecord.from_json(record_of(b"").to_json())
+
+
+def test_chunked_digests_name_the_damaged_chunk(tmp_path):
+    """sha256 records (on request) hold both digests of every chunk; loading checks
+    xxh3-128, `accel checkpoint verify` sha256, records without xxh3 digests fall back to
+    sha256; each names the chunk."""
+    import hashlib
+
+    import xxhash
+    from accel_checkpoint.hashing import FileRecord, check_bytes, digest_algorithm, record_of
+
+    data = bytearray(range(256)) * 4
+    with digest_algorithm("sha256"):
+        record = record_of(bytes(data), chunk_size=100)
+    assert record.algorithm == "sha256" and record.to_json()["algorithm"] == "sha256"
     assert len(record.chunks) == len(record.xxh3) == 11 and record.size == len(data)
     assert record.chunks[0] == hashlib.sha256(bytes(data[:100])).hexdigest()
     assert record.xxh3[0] == xxhash.xxh3_128(bytes(data[:100])).hexdigest()
@@ -122,7 +152,8 @@ def test_chunked_digests_name_the_damaged_chunk(tmp_path):
         check_bytes("f", bytes(data), older)  # no xxh3 digests: sha256
     with pytest.raises(ValueError, match="xxh3_128"):
         FileRecord.from_json({**record.to_json(), "xxh3_128": record.to_json()["xxh3_128"][:3]})
-    assert record_of(b"").chunks == ()
+    with digest_algorithm("sha256"):
+        assert record_of(b"").chunks == ()
 
 
 def test_chunk_digests_of_pieces_larger_than_the_cache_piece_match_the_whole():
@@ -135,7 +166,9 @@ def test_chunk_digests_of_pieces_larger_than_the_cache_piece_match_the_whole():
 
     data = bytes(range(256)) * ((3 * _CACHE_PIECE) // 256) + b"tail"
     pieces = [data[:7], memoryview(data)[7:2 * _CACHE_PIECE + 13], data[2 * _CACHE_PIECE + 13:]]
-    sha, fast = chunk_digests(pieces)
+    sha, fast = chunk_digests(pieces, sha256=True)
     assert sha == hashlib.sha256(data).digest()
+    assert chunk_digests(pieces) == (b"", fast)  # xxh3-128 only by default
     assert fast == xxhash.xxh3_128(data).digest()
-    assert chunk_digests([]) == (hashlib.sha256().digest(), xxhash.xxh3_128().digest())
+    assert chunk_digests([], sha256=True) == (hashlib.sha256().digest(),
+                                             xxhash.xxh3_128().digest())

@@ -36,6 +36,8 @@ _EXPORTS = {
     "Manifest": "accel_checkpoint.manifest",
     "CheckpointInfo": "accel_checkpoint.manifest",
     "Verification": "accel_checkpoint.hashing",
+    "digest_algorithm": "accel_checkpoint.hashing",
+    "DIGESTS": "accel_checkpoint.hashing",
     "verify_checkpoint": "accel_checkpoint.manifest",
     "list_checkpoints": "accel_checkpoint.manifest",
     "latest_checkpoint": "accel_checkpoint.manifest",

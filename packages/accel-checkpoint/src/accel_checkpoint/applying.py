@@ -29,7 +29,7 @@ from torch import nn
 
 from accel_checkpoint.errors import CheckpointError
 
-__all__ = ["state_problem", "refuse_misfits", "apply_states"]
+__all__ = ["state_problem", "refuse_misfits", "apply_states", "copies_into_place"]
 
 _SHOWN = 5
 
@@ -39,6 +39,12 @@ def _module_of(obj: Any) -> tuple[nn.Module, bool] | None:
         return obj, True
     checked = getattr(obj, "checked_module", None)
     return checked() if callable(checked) else None
+
+
+def copies_into_place(obj: Any) -> bool:
+    """Whether ``obj.load_state_dict`` copies the loaded tensors into its own (a model
+    does), so the loaded ones may view a file's mapping; anything else may keep them."""
+    return _module_of(obj) is not None
 
 
 def _own_loaders(module: nn.Module) -> list[str]:

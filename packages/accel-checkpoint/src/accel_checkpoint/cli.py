@@ -28,7 +28,7 @@ def verify_command(args: argparse.Namespace) -> int:
         print(f"{label} {exc}", file=sys.stderr)
         return 1
     total = sum(r.size for r in manifest.files.values())
-    how = "sizes" if args.quick else "sizes and every sha256"
+    how = "sizes" if args.quick else "sizes and every digest"
     print(f"OK {args.path}: {len(manifest.files)} files ({total} bytes, {how} checked), "
           f"step {manifest.step}, world size {manifest.world_size}, ranks {manifest.ranks}")
     return 0
@@ -60,13 +60,13 @@ def register(subparsers: Any) -> None:
         description="Inspect accel checkpoints (directories with a manifest.json).")
     verbs = parser.add_subparsers(title="actions", dest="checkpoint_action", metavar="<action>")
     verify = verbs.add_parser("verify", help="Check every file of a checkpoint against its "
-                              "manifest (size and sha256); exit 1 naming the bad file.")
+                              "manifest (size and digests); exit 1 naming the bad file.")
     verify.add_argument("path", help="checkpoint directory")
     verify.add_argument("--quick", action="store_true", help="check presence and sizes only")
     verify.set_defaults(func=verify_command)
     listing = verbs.add_parser("list", help="List the checkpoints under a directory, oldest "
                                "first, with their status (ok, partial, corrupt).")
     listing.add_argument("directory", help="directory holding checkpoints")
-    listing.add_argument("--deep", action="store_true", help="also check every sha256")
+    listing.add_argument("--deep", action="store_true", help="also check every digest")
     listing.set_defaults(func=list_command)
     parser.set_defaults(func=lambda _args: parser.print_help() or 2)

@@ -11,9 +11,11 @@ from __future__ import annotations
 #: Name and version of the manifest format written by this package.
 MANIFEST_NAME = "manifest.json"
 FORMAT_NAME = "accel-checkpoint"
+#: 4: file records name their digest algorithm (xxh3-128 by default, or sha256);
 #: 3: the manifest carries its own digest (``manifest_sha256``); 2: per-chunk digests
-#: (HASH_CHUNK); 1: whole-file sha256. Formats 1 and 2 (no self-digest) are still read.
-FORMAT_VERSION = 3
+#: (HASH_CHUNK); 1: whole-file sha256. Every older format is still read (1 and 2 have
+#: no self-digest; 1 to 3 hold sha256 records only).
+FORMAT_VERSION = 4
 #: The first format whose manifests must carry their own digest.
 SEALED_FORMAT_VERSION = 3
 #: Key of the manifest's own digest: sha256 of its canonical JSON without this key.
@@ -22,6 +24,10 @@ MANIFEST_DIGEST_KEY = "manifest_sha256"
 TMP_INFIX = ".tmp-"
 #: Infix of the directory an overwritten checkpoint is parked in during the swap.
 OLD_INFIX = ".old-"
+#: Infix a rotated-out checkpoint is renamed to before it is deleted.
+TRASH_INFIX = ".deleting-"
+#: Every infix of a folder a save or rotation works in: never loaded, cleaned when unheld.
+LEFTOVER_INFIXES = (TMP_INFIX, OLD_INFIX, TRASH_INFIX)
 
 SAFE_WEIGHTS_NAME = "model.safetensors"
 SAFE_WEIGHTS_INDEX_NAME = "model.safetensors.index.json"

@@ -27,6 +27,7 @@ from accel_checkpoint.hashing import (
     check_bytes,
     chunk_digests,
     chunked_record,
+    current_digest,
     hash_pool,
     map_file,
     record_of,
@@ -56,6 +57,7 @@ class _ChunkHasher:
         self._filled = 0
         self._size = 0
         self._futures: list[Future[tuple[bytes, bytes]]] = []
+        self._sha256 = current_digest() == "sha256"  # read here: the pool has no context
 
     def update(self, view: memoryview) -> None:
         self._size += len(view)
@@ -69,12 +71,13 @@ class _ChunkHasher:
 
     def _flush(self) -> None:
         if self._pieces:
-            self._futures.append(hash_pool().submit(chunk_digests, self._pieces))
+            self._futures.append(hash_pool().submit(chunk_digests, self._pieces, self._sha256))
         self._pieces, self._filled = [], 0
 
     def record(self) -> FileRecord:
         self._flush()
-        return chunked_record(self._size, HASH_CHUNK, [f.result() for f in self._futures])
+        return chunked_record(self._size, HASH_CHUNK, [f.result() for f in self._futures],
+                              self._sha256)
 
 
 def _as_bytes(tensor: torch.Tensor) -> memoryview:
@@ -159,11 +162,15 @@ def _read_verified(path: Path, expected: FileRecord | None, hashed: bool = True,
 
 
 def read_safetensors(path: str | os.PathLike[str], expected: FileRecord | None = None,
-                     hashed: bool = True, verified: Any = None
+                     hashed: bool = True, verified: Any = None, copy: bool = False
                      ) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     """``(tensors, metadata)`` of a safetensors file, verified against ``expected``
     (``hashed=False``: its size only; the caller checks the digests apart; ``verified``:
-    the file's bytes from a passed :meth:`Verification.take`, read without mapping again)."""
+    the file's bytes from a passed :meth:`Verification.take`, read without mapping again).
+
+    The tensors view the file's mapping unless ``copy``: then each is copied into its own
+    memory and the mapping is dropped when this returns — for a caller that keeps the
+    tensors (an optimizer does), so that deleting the file later frees its disk space."""
     path = Path(path)
     buffer = _read_verified(path, expected, hashed, verified)
     try:
@@ -187,7 +194,7 @@ def read_safetensors(path: str | os.PathLike[str], expected: FileRecord | None =
         # Views of the mapping (it stays alive as long as a tensor does); writes to them
         # (an optimizer step) copy the touched pages and never reach the file.
         raw = torch.frombuffer(buffer, dtype=torch.uint8, count=end - begin, offset=base + begin)
-        if (base + begin) % dtype.itemsize:  # written by another tool, unaligned: copy
+        if copy or (base + begin) % dtype.itemsize:  # or written unaligned by another tool
             raw = raw.clone()
         tensors[name] = raw.view(dtype).reshape(info["shape"])
     return tensors, metadata

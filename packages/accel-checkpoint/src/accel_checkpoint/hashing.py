@@ -2,19 +2,21 @@
 
 A file is hashed in ``HASH_CHUNK`` pieces, on a process-wide thread pool (hashlib and
 xxhash release the GIL), so a big file uses every core and a damaged byte is named down to
-its chunk. Each chunk gets two digests:
+its chunk. A record names its algorithm (``DESIGN.md`` section 5):
 
-- sha256 — the record's ``sha256`` is the sha256 of the concatenated chunk sha256s; what
-  ``accel checkpoint verify`` checks, and what other tools can recompute;
-- xxh3-128 — 128-bit, non-cryptographic and ~15x faster here (28 GB/s against 1.6 GB/s per
-  core); what loading checks. Against accidental damage (bit flips, truncation, a torn
-  write) it is as good as sha256 (a random change goes unnoticed with probability 2**-128);
-  neither protects against someone who can rewrite the files, since the manifest sits
-  beside them.
+- ``xxh3-128`` (the default) — 128-bit, non-cryptographic and ~15x faster here (28 GB/s
+  against 1.6 GB/s per core), per chunk, plus one digest of the file (xxh3-128 over the
+  chunk digests). Against accidental damage (bit flips, truncation, a torn write) it is as
+  good as sha256 (a random change goes unnoticed with probability 2**-128); neither
+  protects against someone who can rewrite the files, since the manifest sits beside them.
+- ``sha256`` (opt in with :func:`digest_algorithm`, for users who compare against digests
+  published elsewhere) — per chunk, and the record's ``sha256`` is the sha256 of the
+  concatenated chunk sha256s; such records carry the xxh3-128 chunk digests too, so loading
+  stays fast while ``accel checkpoint verify`` checks sha256.
 
-Records without xxh3 digests (written before they existed, or format 1: one sha256 of the
-whole file) are checked with sha256. Standard library plus xxhash: the ``accel checkpoint``
-verbs use this without torch.
+Records written before records named their algorithm are sha256 ones (with or without the
+xxh3 chunk digests; format 1: one sha256 of the whole file). Standard library plus xxhash:
+the ``accel checkpoint`` verbs use this without torch.
 """
 
 from __future__ import annotations
@@ -24,15 +26,17 @@ import mmap
 import os
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import xxhash
 
-__all__ = ["HASH_CHUNK", "FileRecord", "Verification", "hash_pool", "chunk_digests",
+__all__ = ["HASH_CHUNK", "DIGESTS", "digest_algorithm", "current_digest", "FileRecord", "Verification", "hash_pool", "chunk_digests",
            "chunked_record", "record_of", "map_file", "check_bytes", "hash_file",
            "record_new_files", "BackgroundFlusher", "fsync_file", "fsync_dir"]
 
@@ -45,6 +49,34 @@ _CACHE_PIECE = 64 * 2**10
 _MADV_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22 if sys.platform == "linux" else None)
 _POOL: ThreadPoolExecutor | None = None
 _POOL_LOCK = threading.Lock()
+#: The digest algorithms new records can use; the first is the default.
+DIGESTS = ("xxh3-128", "sha256")
+_DIGEST: ContextVar[str] = ContextVar("accel_checkpoint_digest", default=DIGESTS[0])
+
+
+def check_digest(name: object) -> str:
+    """``name`` if it is one of :data:`DIGESTS`; else a ``CheckpointError`` naming it."""
+    if name not in DIGESTS:
+        from accel_checkpoint.errors import CheckpointError  # imports accel_state (torch)
+
+        raise CheckpointError(f"checkpoint digest {name!r} is not one accel-checkpoint "
+                              f"writes: use one of {list(DIGESTS)}.")
+    return str(name)
+
+
+@contextmanager
+def digest_algorithm(name: str) -> Iterator[None]:
+    """Records made inside the block (in this thread or context) use ``name``."""
+    token = _DIGEST.set(check_digest(name))
+    try:
+        yield
+    finally:
+        _DIGEST.reset(token)
+
+
+def current_digest() -> str:
+    """The algorithm new records use here (``"xxh3-128"`` unless :func:`digest_algorithm`)."""
+    return _DIGEST.get()
 
 
 def _corrupt(path: object, problem: str) -> Exception:
@@ -58,17 +90,31 @@ class FileRecord:
     """Size in bytes and digests of one written file, as the manifest lists it."""
 
     size: int
-    sha256: str
-    """Format 2: sha256 of the concatenated chunk digests; format 1: of the whole file."""
+    sha256: str = ""
+    """sha256 records: sha256 of the concatenated chunk digests (format 1: of the whole
+    file); empty in an xxh3-128 record."""
     chunk_size: int = 0
     """Bytes per hashed chunk (``0``: a format-1 record, one sha256 of the whole file)."""
     chunks: tuple[str, ...] = ()
-    """sha256 (hex) of each ``chunk_size`` piece of the file, in order."""
+    """sha256 (hex) of each ``chunk_size`` piece of the file, in order (sha256 records)."""
     xxh3: tuple[str, ...] = ()
-    """xxh3-128 (hex) of each ``chunk_size`` piece (empty in older records)."""
+    """xxh3-128 (hex) of each ``chunk_size`` piece (empty in older sha256 records)."""
+
+    @property
+    def algorithm(self) -> str:
+        """The record's own algorithm: ``"sha256"`` when it has a sha256, else xxh3-128."""
+        return "sha256" if self.sha256 else "xxh3-128"
+
+    @property
+    def xxh3_file(self) -> str:
+        """xxh3-128 over the concatenated chunk digests: the file's digest in one string."""
+        return xxhash.xxh3_128(b"".join(bytes.fromhex(c) for c in self.xxh3)).hexdigest()
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"size": self.size, "sha256": self.sha256}
+        if not self.sha256:
+            return {"size": self.size, "algorithm": "xxh3-128", "xxh3_128_file": self.xxh3_file,
+                    "chunk_size": self.chunk_size, "xxh3_128": list(self.xxh3)}
+        out: dict[str, Any] = {"size": self.size, "algorithm": "sha256", "sha256": self.sha256}
         if self.chunk_size:
             out.update(chunk_size=self.chunk_size, chunks=list(self.chunks))
         if self.xxh3:
@@ -77,10 +123,21 @@ class FileRecord:
 
     @classmethod
     def from_json(cls, rec: Any) -> FileRecord:
+        algorithm = rec.get("algorithm", "sha256")  # records before names: sha256
         chunk_size = int(rec.get("chunk_size", 0))
         chunks = tuple(str(c) for c in rec.get("chunks", ()))
         xxh3 = tuple(str(c) for c in rec.get("xxh3_128", ()))
         expected = -(-int(rec["size"]) // chunk_size) if chunk_size else 0
+        if algorithm == "xxh3-128":
+            if not chunk_size or len(xxh3) != expected:
+                raise ValueError(f"{len(xxh3)} xxh3_128 chunk digests for {rec['size']} "
+                                 f"bytes in chunks of {chunk_size}")
+            record = cls(int(rec["size"]), "", chunk_size, (), xxh3)
+            if record.xxh3_file != rec.get("xxh3_128_file"):
+                raise ValueError("xxh3_128_file does not match the chunk digests")
+            return record
+        if algorithm != "sha256":
+            raise ValueError(f"unknown digest algorithm {algorithm!r}")
         if chunk_size and len(chunks) != expected:
             raise ValueError(f"{len(chunks)} chunk digests for {rec['size']} bytes")
         if xxh3 and len(xxh3) != expected:
@@ -98,13 +155,18 @@ def hash_pool() -> ThreadPoolExecutor:
         return _POOL
 
 
-def chunk_digests(pieces: Sequence[Any]) -> tuple[bytes, bytes]:
-    """``(sha256, xxh3-128)`` of the concatenation of ``pieces`` (buffers), not joined.
+def chunk_digests(pieces: Sequence[Any], sha256: bool = False) -> tuple[bytes, bytes]:
+    """``(sha256 or b"", xxh3-128)`` of the concatenation of ``pieces`` (buffers), not joined.
 
-    Both digests take each ``_CACHE_PIECE`` bytes in turn, so xxh3 reads what sha256 has
-    just brought into the core's cache instead of the whole piece again from memory
-    (about 30% less time per chunk here)."""
-    sha, fast = hashlib.sha256(), xxhash.xxh3_128()
+    With ``sha256``, both digests take each ``_CACHE_PIECE`` bytes in turn, so xxh3 reads
+    what sha256 has just brought into the core's cache instead of the whole piece again
+    from memory (about 30% less time per chunk here)."""
+    fast = xxhash.xxh3_128()
+    if not sha256:
+        for piece in pieces:
+            fast.update(piece)
+        return b"", fast.digest()
+    sha = hashlib.sha256()
     for piece in pieces:
         view = memoryview(piece).cast("B")
         for start in range(0, len(view), _CACHE_PIECE):
@@ -125,24 +187,30 @@ def _xxh3(piece: Any) -> bytes:
     return xxhash.xxh3_128(piece).digest()
 
 
-def chunked_record(size: int, chunk_size: int, digests: Sequence[tuple[bytes, bytes]]
-                   ) -> FileRecord:
-    """The record of a file of ``size`` bytes from its chunks' :func:`chunk_digests`."""
+def chunked_record(size: int, chunk_size: int, digests: Sequence[tuple[bytes, bytes]],
+                   sha256: bool = False) -> FileRecord:
+    """The record of a file of ``size`` bytes from its chunks' :func:`chunk_digests`
+    (``sha256``: they were made with it, and the record is a sha256 one)."""
+    fasts = tuple(fast.hex() for _, fast in digests)
+    if not sha256:
+        return FileRecord(size, "", chunk_size, (), fasts)
     shas = [sha for sha, _ in digests]
     return FileRecord(size, hashlib.sha256(b"".join(shas)).hexdigest(), chunk_size,
-                      tuple(d.hex() for d in shas), tuple(fast.hex() for _, fast in digests))
+                      tuple(d.hex() for d in shas), fasts)
 
 
 def record_of(data: Any, chunk_size: int = HASH_CHUNK) -> FileRecord:
-    """The record of the bytes ``data``; chunks hashed in parallel."""
+    """The record of the bytes ``data`` (with :func:`current_digest`); chunks hashed in
+    parallel."""
+    sha = current_digest() == "sha256"
     view = memoryview(data).cast("B")
     starts = range(0, len(view), chunk_size)
     if len(starts) <= 1:  # small (JSON) files: not worth a trip through the pool
-        digests = [chunk_digests([view])] if len(view) else []
+        digests = [chunk_digests([view], sha)] if len(view) else []
     else:
-        digests = list(hash_pool().map(lambda s: chunk_digests([view[s:s + chunk_size]]),
+        digests = list(hash_pool().map(lambda s: chunk_digests([view[s:s + chunk_size]], sha),
                                        starts))
-    return chunked_record(len(view), chunk_size, digests)
+    return chunked_record(len(view), chunk_size, digests, sha)
 
 
 def map_file(path: str | os.PathLike[str]) -> Any:
@@ -172,14 +240,20 @@ def _digest_range(data: Any, start: int, length: int, algorithm: str) -> bytes:
     return _xxh3(piece) if algorithm == "xxh3" else _sha256([piece])
 
 
+def _uses_xxh3(record: FileRecord, fast: bool) -> bool:
+    """Whether ``record`` is checked with its xxh3-128 chunk digests: always for an
+    xxh3-128 record, for a sha256 one only when ``fast`` and it has them."""
+    return not record.sha256 or (fast and bool(record.xxh3))
+
+
 def _submit_chunks(data: Any, record: FileRecord, fast: bool) -> list[Future[bytes]]:
-    """Hash ``data`` on the pool the way ``record`` was made: per chunk with xxh3-128 when
-    ``fast`` and the record has those digests, else sha256 (per chunk, or whole file)."""
+    """Hash ``data`` on the pool the way ``record`` was made: per chunk with xxh3-128 (see
+    :func:`_uses_xxh3`), else sha256 (per chunk, or whole file)."""
     total = len(memoryview(data).cast("B"))
     if not record.chunk_size:  # format 1: one digest of the whole file
         return [hash_pool().submit(_digest_range, data, 0, total, "sha256")]
     size = record.chunk_size
-    algorithm = "xxh3" if fast and record.xxh3 else "sha256"
+    algorithm = "xxh3" if _uses_xxh3(record, fast) else "sha256"
     return [hash_pool().submit(_digest_range, data, s, size, algorithm)
             for s in range(0, total, size)]
 
@@ -193,7 +267,7 @@ def _check_chunks(path: object, futures: list[Future[bytes]], record: FileRecord
             raise _corrupt(path, f"sha256 is {digest} but the manifest says "
                            f"{record.sha256}: the file is corrupted")
         return
-    algorithm, wanted = (("xxh3-128", record.xxh3) if fast and record.xxh3
+    algorithm, wanted = (("xxh3-128", record.xxh3) if _uses_xxh3(record, fast)
                          else ("sha256", record.chunks))
     size = record.chunk_size
     for index, (future, want) in enumerate(zip(futures, wanted)):
@@ -208,7 +282,8 @@ def _check_chunks(path: object, futures: list[Future[bytes]], record: FileRecord
 
 def check_bytes(path: object, data: Any, record: FileRecord, fast: bool = True) -> None:
     """Raise ``CorruptCheckpointError`` naming ``path`` (and the chunk) unless ``data``
-    (the file's bytes) matches ``record``; ``fast=False`` insists on sha256."""
+    (the file's bytes) matches ``record``; ``fast=False`` insists on sha256 where the
+    record has it."""
     size = len(memoryview(data).cast("B"))
     if size != record.size:
         raise _corrupt(path, f"size is {size} bytes but the manifest says {record.size}: "
@@ -228,7 +303,8 @@ class Verification:
     their pages already mapped) and :meth:`release` drops those not taken; otherwise a
     mapping lives only until its chunks are hashed (an open mapping pins the file's disk
     space after rotation deletes it). ``fast``: xxh3-128 where the records have it
-    (loading), else sha256 (``accel checkpoint verify``).
+    (loading); otherwise a sha256 record is checked with sha256 (``accel checkpoint
+    verify``) and an xxh3-128 one with xxh3-128.
     """
 
     def __init__(self, path: str | os.PathLike[str], files: dict[str, FileRecord],
@@ -290,7 +366,7 @@ class Verification:
 
 
 def hash_file(path: str | os.PathLike[str], chunk_size: int = HASH_CHUNK) -> FileRecord:
-    """The record (size, chunked sha256 and xxh3-128) of an existing file."""
+    """The record (size, chunk digests with :func:`current_digest`) of an existing file."""
     return record_of(map_file(path), chunk_size)
 
 

@@ -20,13 +20,14 @@ from typing import Any
 
 from accel_state.random import restore_rng_state
 
-from accel_checkpoint.applying import apply_states
+from accel_checkpoint.applying import apply_states, copies_into_place
 from accel_checkpoint.constants import MANIFEST_NAME
 from accel_checkpoint.containment import inside
 from accel_checkpoint.coordination import Peers, SaveRound
 from accel_checkpoint.errors import CheckpointError
 from accel_checkpoint.fileio import read_json, read_safetensors
-from accel_checkpoint.hashing import FileRecord, Verification
+from accel_checkpoint.leftovers import clean_leftovers, trash
+from accel_checkpoint.hashing import FileRecord, Verification, current_digest, digest_algorithm
 from accel_checkpoint.manifest import (
     Manifest,
     latest_checkpoint,
@@ -156,10 +157,15 @@ def save_checkpoint(path: str | os.PathLike[str], objects: Mapping[str, Any] | N
         abort_save(round_, staging, exc)
         raise
 
+    digest = current_digest()  # the write may run on another thread: carry the choice
+
     def write() -> Path | None:
-        result = run_save(round_, staging, parts, step, metadata)
-        if on_commit is not None and peers.is_writer and result is not None:
-            on_commit(result)
+        with digest_algorithm(digest):
+            result = run_save(round_, staging, parts, step, metadata)
+        if peers.is_writer and result is not None:
+            clean_leftovers(final.parent)  # what interrupted saves and rotations left
+            if on_commit is not None:  # then rotation counts what was put back too
+                on_commit(result)
         return result
 
     return PendingSave(write, stage=lambda: stage(parts)) if async_save else write()
@@ -182,10 +188,13 @@ class LoadedCheckpoint:
 
 
 def read_object(path: str | os.PathLike[str], name: str, manifest: Manifest | None = None,
-                hashed: bool = True, verified: Verification | None = None) -> Any:
+                hashed: bool = True, verified: Verification | None = None,
+                copy: bool = True) -> Any:
     """The saved state of object ``name``, every file checked against the manifest
     (``hashed=False``: sizes only, for a caller that verifies the bytes apart;
-    ``verified``: a passed :class:`Verification` of the files, whose mappings are read)."""
+    ``verified``: a passed :class:`Verification` of the files, whose mappings are read).
+    Its tensors are copies unless ``copy=False`` (views of the file's mapping, for a
+    caller that copies them into place at once: a model's ``load_state_dict``)."""
     path = Path(path)
     manifest = manifest if manifest is not None else verify_checkpoint(path, deep=False)
     entry = manifest.objects.get(name)
@@ -197,7 +206,7 @@ def read_object(path: str | os.PathLike[str], name: str, manifest: Manifest | No
     if entry.get("tensors"):
         tensors, _ = read_safetensors(inside(path, entry["tensors"], index),
                                       manifest.files[entry["tensors"]], hashed,
-                                      _take(verified, entry["tensors"]))
+                                      _take(verified, entry["tensors"]), copy=copy)
     if not entry.get("json"):
         return tensors
     skeleton = read_json(inside(path, entry["json"], index), manifest.files[entry["json"]],
@@ -272,7 +281,10 @@ def load_checkpoint(path: str | os.PathLike[str], objects: Mapping[str, Any] | N
             warnings.warn(f"{path} has no object {name!r}; it keeps its current state.",
                           stacklevel=2)
             continue
-        states[name] = read_object(path, name, manifest, hashed=False, verified=verified)
+        # a model copies the tensors into its own; anything else (an optimizer) keeps them,
+        # and a view would keep the file mapped after rotation deletes it
+        states[name] = read_object(path, name, manifest, hashed=False, verified=verified,
+                                   copy=not copies_into_place(objects[name]))
     data = (read_object(path, DATA_NAME, manifest, hashed=False, verified=verified)
             if DATA_NAME in manifest.objects else None)
     rng_state = None
@@ -315,7 +327,7 @@ def rotate_checkpoints(root: str | os.PathLike[str], keep: int, pattern: str | N
                           f"manifest does not list ({', '.join(foreign[:5])}); move those out "
                           "and delete it yourself.", stacklevel=2)
             continue
-        shutil.rmtree(path)
+        trash(path)
         deleted.append(path)
     return deleted
 

@@ -33,12 +33,14 @@ from accel_checkpoint.constants import (
     FORMAT_VERSION,
     MANIFEST_DIGEST_KEY,
     MANIFEST_NAME,
+    LEFTOVER_INFIXES,
     OLD_INFIX,
     SEALED_FORMAT_VERSION,
     TMP_INFIX,
+    TRASH_INFIX,
 )
 from accel_checkpoint.containment import check_names, inside
-from accel_checkpoint.recognise import accel_files
+from accel_checkpoint.recognise import accel_files, is_save_leftover
 from accel_checkpoint.hashing import HASH_CHUNK, FileRecord, Verification, fsync_dir, hash_file
 
 __all__ = ["FileRecord", "Manifest", "CheckpointInfo", "hash_file", "fsync_dir",
@@ -169,8 +171,8 @@ def library_versions() -> dict[str, str]:
 
 
 def is_staging_dir(path: Path) -> bool:
-    """A save's temporary sibling (``name.tmp-id``) or a parked old copy (``name.old-id``)."""
-    return TMP_INFIX in path.name or OLD_INFIX in path.name
+    """A folder a save or rotation works in (see ``recognise.is_save_leftover``)."""
+    return is_save_leftover(path)
 
 
 def read_manifest(path: str | os.PathLike[str]) -> Manifest:
@@ -209,6 +211,9 @@ def check_folder(path: Path) -> None:
         raise _corrupt(path, "the previous copy of a checkpoint, parked while a save replaced "
                        f"it (the save renames the new one to {final!r}, then deletes this): it "
                        f"is never loaded; load {path.parent / final} instead")
+    if TRASH_INFIX in path.name:
+        raise _corrupt(path, "a checkpoint that total_limit's rotation was deleting: it is "
+                       "never loaded; load a newer checkpoint")
 
 
 def _without_manifest(path: Path) -> str:
@@ -282,7 +287,9 @@ def list_checkpoints(root: str | os.PathLike[str], deep: bool = False,
     for child in root.iterdir():
         if not child.is_dir():
             continue
-        base = child.name.split(TMP_INFIX)[0].split(OLD_INFIX)[0]
+        base = child.name
+        for infix in LEFTOVER_INFIXES:
+            base = base.split(infix)[0]
         if regex is not None and not regex.fullmatch(base):
             continue
         if not (child / MANIFEST_NAME).exists() and not is_staging_dir(child):

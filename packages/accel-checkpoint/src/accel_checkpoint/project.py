@@ -14,6 +14,8 @@ from pathlib import Path
 
 from accel_state.errors import ConfigurationError
 
+from accel_checkpoint.hashing import DIGESTS
+
 __all__ = ["ProjectConfiguration", "CHECKPOINT_PATTERN"]
 
 #: Directory names written by automatic naming (``checkpoint_<iteration>``).
@@ -37,6 +39,10 @@ class ProjectConfiguration:
     """Number of the next automatic checkpoint; advanced by each ``save_state``."""
     save_on_each_node: bool = False
     """Write the shared files on every machine (for storage that is not shared)."""
+    checkpoint_digest: str = "xxh3-128"
+    """accel only: the digest ``save_state`` records per file and per 16 MiB chunk.
+    ``"xxh3-128"`` (fast, catches any accidental damage) or ``"sha256"`` (to compare with
+    digests published elsewhere; the save then costs more). Both always load."""
 
     def __post_init__(self) -> None:
         if self.project_dir is not None:
@@ -48,6 +54,10 @@ class ProjectConfiguration:
             raise ConfigurationError(
                 f"ProjectConfiguration(total_limit={self.total_limit!r}) must be a positive "
                 "integer (or None to keep every checkpoint).")
+        if self.checkpoint_digest not in DIGESTS:
+            raise ConfigurationError(
+                f"ProjectConfiguration(checkpoint_digest={self.checkpoint_digest!r}) is not "
+                f"a digest accel writes: use one of {list(DIGESTS)}.")
         if not isinstance(self.iteration, int) or self.iteration < 0:
             raise ConfigurationError(f"ProjectConfiguration(iteration={self.iteration!r}) "
                                      "must be a non-negative integer.")

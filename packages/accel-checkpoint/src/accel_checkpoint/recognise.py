@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from accel_checkpoint.constants import MANIFEST_NAME, OLD_INFIX, TMP_INFIX
+from accel_checkpoint.constants import LEFTOVER_INFIXES, MANIFEST_NAME
 
 __all__ = ["accel_files", "accelerate_files", "is_save_leftover"]
 
@@ -40,8 +40,9 @@ def _names(path: Path) -> list[str]:
 
 
 def is_save_leftover(path: Path) -> bool:
-    """A save's staging folder (``name.tmp-id``) or a parked old copy (``name.old-id``)."""
-    return TMP_INFIX in path.name or OLD_INFIX in path.name
+    """A save's staging folder (``name.tmp-id``), a parked old copy (``name.old-id``) or a
+    rotated-out checkpoint being deleted (``name.deleting-id``)."""
+    return any(infix in path.name for infix in LEFTOVER_INFIXES)
 
 
 def accel_files(path: Path) -> list[str]:

@@ -29,6 +29,7 @@ from accel_state import env
 from accel_state.random import capture_rng_state
 
 from accel_checkpoint.constants import MANIFEST_NAME, OLD_INFIX
+from accel_checkpoint.leftovers import claim, release
 from accel_checkpoint.coordination import Peers, SaveRound
 from accel_checkpoint.errors import CheckpointError
 from accel_checkpoint.fileio import write_json, write_safetensors
@@ -232,10 +233,13 @@ def _commit(staging: Path, final: Path, manifest: Manifest) -> None:
     if final.exists():  # overwrite an accel checkpoint: park the old copy, swap, delete it
         parked = final.parent / f"{final.name}{OLD_INFIX}{uuid.uuid4().hex[:12]}"
         os.replace(final, parked)
+        claim(parked)
     os.replace(staging, final)
+    release(staging)
     fsync_dir(final.parent)
     if parked is not None:
         shutil.rmtree(parked, ignore_errors=True)
+        release(parked)
 
 
 def abort_save(round_: SaveRound, staging: Path | None, error: BaseException) -> None:
@@ -247,6 +251,8 @@ def abort_save(round_: SaveRound, staging: Path | None, error: BaseException) ->
     round_.finish(error=error)
     if staging is not None and staging.exists():
         shutil.rmtree(staging, ignore_errors=True)
+    if staging is not None:
+        release(staging)
 
 
 def run_save(round_: SaveRound, staging: Path | None, parts: list[Part], step: int | None,

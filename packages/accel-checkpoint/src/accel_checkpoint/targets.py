@@ -19,6 +19,7 @@ import uuid
 from pathlib import Path, PurePosixPath
 
 from accel_checkpoint.constants import FORMAT_NAME, MANIFEST_NAME, TMP_INFIX
+from accel_checkpoint.leftovers import claim
 from accel_checkpoint.errors import CheckpointExistsError, CheckpointWriteError
 
 __all__ = ["foreign_entries", "check_save_target", "new_staging_dir"]
@@ -93,6 +94,7 @@ def new_staging_dir(final: Path) -> Path:
     staging = final.parent / f"{final.name}{TMP_INFIX}{uuid.uuid4().hex[:12]}"
     try:
         staging.mkdir(parents=True)
+        claim(staging)  # held until committed or aborted: no later save cleans it meanwhile
     except OSError as exc:
         why = exc.strerror or type(exc).__name__
         raise CheckpointWriteError(final, (

@@ -27,6 +27,7 @@ import torch
 from accel_checkpoint.accelerate_format import is_accelerate_checkpoint
 from accel_checkpoint.coordination import sync_point
 from accel_checkpoint.errors import CheckpointError, CorruptCheckpointError
+from accel_checkpoint.hashing import digest_algorithm
 from accel_checkpoint.manager import (
     VERIFY_MODES,
     PendingSave,
@@ -169,11 +170,12 @@ def save_state(accelerator: Any, output_dir: str | os.PathLike[str] | None = Non
                                       accelerator._schedulers, accelerator._dataloaders,
                                       scaler_of(accelerator), accelerator._custom_objects))
 
-    result = layout.save(target, objects, data={"step": accelerator.step},
-                         step=accelerator.step, async_save=async_save,
-                         on_commit=_rotation(config), prepare_dir=prepare_dir,
-                         save_on_each_node=config.save_on_each_node,
-                         stable=_stable_tensors(accelerator) if async_save else ())
+    with digest_algorithm(config.checkpoint_digest):
+        result = layout.save(target, objects, data={"step": accelerator.step},
+                             step=accelerator.step, async_save=async_save,
+                             on_commit=_rotation(config), prepare_dir=prepare_dir,
+                             save_on_each_node=config.save_on_each_node,
+                             stable=_stable_tensors(accelerator) if async_save else ())
     if isinstance(result, PendingSave):
         accelerator._pending_checkpoint = result
         _arm_gate(accelerator)
@@ -218,14 +220,23 @@ def load_state(accelerator: Any, input_dir: str | os.PathLike[str] | None = None
     written by Hugging Face Accelerate's ``save_state`` loads too (docs/checkpoint.md).
     """
     mode = _verify_mode(verify)
-    wait_for_checkpoint(accelerator)
-    checkpoint_sync_point(accelerator, "load_state")
-    input_dir = _input_dir(accelerator.project_configuration, input_dir)
+    # A background check of an earlier load guards the state this load replaces: it is
+    # set aside (its failure belongs to that load), and put back if this load is refused.
+    earlier, accelerator._checkpoint_verification = accelerator._checkpoint_verification, None
     try:
-        _load_state(accelerator, input_dir, mode, trust_pickles, load_model_func_kwargs)
-    except CorruptCheckpointError as exc:  # say what to load instead
-        hint = f"{exc.problem.rstrip('.')}. {next_step(input_dir)}"
-        raise CorruptCheckpointError(exc.path, hint) from None
+        wait_for_checkpoint(accelerator)
+        checkpoint_sync_point(accelerator, "load_state")
+        input_dir = _input_dir(accelerator.project_configuration, input_dir)
+        try:
+            _load_state(accelerator, input_dir, mode, trust_pickles, load_model_func_kwargs)
+        except CorruptCheckpointError as exc:  # say what to load instead
+            hint = f"{exc.problem.rstrip('.')}. {next_step(input_dir)}"
+            raise CorruptCheckpointError(exc.path, hint) from None
+    except BaseException:
+        if earlier is not None and accelerator._checkpoint_verification is None:
+            accelerator._checkpoint_verification = earlier  # nothing changed: still guarded
+            _arm_gate(accelerator)
+        raise
 
 
 def _load_state(accelerator: Any, input_dir: Path, mode: str, trust_pickles: bool | None,
