@@ -4,7 +4,8 @@ Floor ("raw"): ``safetensors.torch.save_file`` of the model's tensors and of the
 optimizer's tensors, each file fsynced; ``load_file`` of both. Candidate: accel's
 ``Accelerator.save_state`` / ``load_state`` of the same model and optimizer (which also
 hash every byte for the manifest, write RNG states, fsync the directory and rename it into
-place; loading verifies every sha256 and loads into the model and optimizer).
+place; loading verifies every digest, xxh3-128 by default, and loads into the model and
+optimizer).
 
 Load floors, all in the same run:
 - ``raw``: lazy ``load_file`` of both files (maps them; reads no byte): the issue's floor.
@@ -13,7 +14,7 @@ Load floors, all in the same run:
   state (the model's bytes are copied; optimizer tensors stay mapped, as in accel).
 - ``raw+load_state_dict+sha256``: the same plus one sha256 pass over both files on one
   thread, the least a load that verifies every byte can cost without parallelism.
-Candidates: ``load_state()`` (``verify="full"``: every sha256 before anything is loaded)
+Candidates: ``load_state()`` (``verify="full"``: every digest before anything is loaded)
 and ``load_state(verify="background")`` (loads at once, hashes on background threads; the
 first optimizer step waits for it), plus the time until that background check has passed.
 

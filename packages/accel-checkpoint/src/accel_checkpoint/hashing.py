@@ -36,7 +36,9 @@ from typing import Any
 
 import xxhash
 
-__all__ = ["HASH_CHUNK", "DIGESTS", "digest_algorithm", "current_digest", "FileRecord", "Verification", "hash_pool", "chunk_digests",
+__all__ = ["HASH_CHUNK", "DIGESTS", "check_digest", "digest_algorithm", "current_digest",
+           "FileRecord",
+           "Verification", "hash_pool", "chunk_digests",
            "chunked_record", "record_of", "map_file", "check_bytes", "hash_file",
            "record_new_files", "BackgroundFlusher", "fsync_file", "fsync_dir"]
 
