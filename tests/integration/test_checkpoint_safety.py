@@ -209,7 +209,7 @@ def test_a_refused_accelerate_load_changes_nothing():
 
 def test_register_for_checkpointing_raises_valueerror_as_accelerate():
     accelerator = Accelerator(cpu=True)
-    with pytest.raises(ValueError, match=r"item 1 \(object\)"):
+    with pytest.raises(ValueError, match=r"Item at index 1, `object`"):
         accelerator.register_for_checkpointing(Counter(), object())
 
 

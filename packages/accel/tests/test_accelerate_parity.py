@@ -83,3 +83,77 @@ def test_join_in_one_process_warns_unless_the_run_is_plain(gloo_group):
     ran, said = _run(accelerator, [Mock()])
     assert ran and len(said) == 1 and ACCELERATE_WORDS in said[0]
     assert "one data-parallel process" in said[0]
+
+
+# -- TensorBoard's folder ----------------------------------------------------------------------
+@pytest.mark.parametrize("where", ["project_dir", "logging_dir"])
+def test_tensorboard_files_go_to_logging_dir_slash_project_name(tmp_path, caplog, where):
+    pytest.importorskip("tensorboard")
+    if where == "project_dir":
+        accelerator = Accelerator(cpu=True, log_with="tensorboard", project_dir=tmp_path / "P")
+        parent = tmp_path / "P"
+    else:
+        config = ProjectConfiguration(project_dir=str(tmp_path / "P"),
+                                      logging_dir=str(tmp_path / "L"))
+        accelerator = Accelerator(cpu=True, log_with="tensorboard", project_config=config)
+        parent = tmp_path / "L"
+    with caplog.at_level(logging.INFO, logger="accel.tracking"):
+        accelerator.init_trackers("proj", config={"lr": 0.1})
+        accelerator.log({"loss": torch.tensor(1.0)}, step=0)
+        accelerator.end_training()
+    tracker = accelerator.get_tracker("tensorboard", unwrap=False)
+    assert (tracker.logging_dir_param, tracker.logging_dir) == \
+        (os.fspath(parent), os.path.join(parent, "proj"))
+    assert list((parent / "proj").glob("events.out.tfevents.*"))
+    said = [r.getMessage() for r in caplog.records if "event files" in r.getMessage()]
+    assert len(said) == 1 and str(parent / "proj") in said[0]
+
+
+# -- register_for_checkpointing ----------------------------------------------------------------
+class _Counter:
+    def __init__(self) -> None:
+        self.count = 0
+
+    def state_dict(self):
+        return {"count": self.count}
+
+    def load_state_dict(self, state):
+        self.count = state["count"]
+
+
+class _Proxy:
+    """Forwards every attribute (as wrappers do): Accelerate's hasattr check accepts it."""
+
+    def __init__(self, inner) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+
+class _SaveOnly:
+    def state_dict(self):
+        return {}
+
+
+def test_register_for_checkpointing_refuses_as_accelerate(tmp_path):
+    accelerator = Accelerator(cpu=True)
+    with pytest.raises(ValueError) as error:
+        accelerator.register_for_checkpointing(_Counter(), object(), _SaveOnly, 3)
+    message = str(error.value)
+    assert message.startswith(
+        "All `objects` must include a `state_dict` and `load_state_dict` function to be stored. "
+        "The following inputs are invalid:\n\t- Item at index 1, `object`\n"
+        "\t- Item at index 2, `_SaveOnly`\n\t- Item at index 3, `int`\n")
+    assert accelerator._custom_objects == []  # nothing registered when one is refused
+
+
+def test_register_for_checkpointing_takes_a_forwarding_proxy(tmp_path):
+    accelerator = Accelerator(cpu=True)
+    counter = _Counter()
+    accelerator.register_for_checkpointing(_Proxy(counter))
+    counter.count = 7
+    accelerator.save_state(tmp_path / "ckpt")
+    counter.count = 0
+    accelerator.load_state(tmp_path / "ckpt")
+    assert counter.count == 7

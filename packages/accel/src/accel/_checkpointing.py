@@ -40,7 +40,6 @@ from accel_checkpoint.project import CHECKPOINT_PATTERN, ProjectConfiguration
 from accel_checkpoint.weights import save_model_weights
 from accel_state import env
 from accel_state.errors import ConfigurationError
-from accel_state.protocols import Stateful
 from torch.utils.hooks import RemovableHandle
 
 from accel._accelerate_checkpoints import load_accelerate_checkpoint
@@ -288,13 +287,27 @@ def _rotation(config: ProjectConfiguration) -> Callable[[Path], None] | None:
 
 
 def register_for_checkpointing(accelerator: Any, *objects: Any) -> None:
-    """Add objects (with ``state_dict``/``load_state_dict``) to every save and load."""
-    bad = [f"item {i} ({type(o).__name__})" for i, o in enumerate(objects)
-           if not isinstance(o, Stateful)]
+    """Add objects (with ``state_dict``/``load_state_dict``) to every save and load.
+
+    Checked as Accelerate checks (the attributes exist: proxies that forward them count), and
+    refused as it refuses: a ``ValueError`` (here a ``ConfigurationError``) listing each."""
+    bad = [(index, obj) for index, obj in enumerate(objects)
+           if not (hasattr(obj, "state_dict") and hasattr(obj, "load_state_dict"))]
     if bad:
-        raise ConfigurationError("register_for_checkpointing needs objects with state_dict() "
-                                 f"and load_state_dict(); these have not: {', '.join(bad)}.")
+        items = "".join(f"\n\t- Item at index {index}, `{_pretty_name(obj)}`"
+                        for index, obj in bad)
+        raise ConfigurationError(
+            "All `objects` must include a `state_dict` and `load_state_dict` function to be "
+            f"stored. The following inputs are invalid:{items}\nGive each a state_dict() that "
+            "returns its state and a load_state_dict(state) that restores it.")
     accelerator._custom_objects.extend(objects)
+
+
+def _pretty_name(obj: Any) -> str:
+    """A class's or function's own name, else its type's (as Accelerate names items)."""
+    if not (hasattr(obj, "__qualname__") or hasattr(obj, "__name__")):
+        obj = type(obj)
+    return getattr(obj, "__qualname__", None) or getattr(obj, "__name__", repr(obj))
 
 
 def register_save_state_pre_hook(accelerator: Any, hook: Any) -> RemovableHandle:
