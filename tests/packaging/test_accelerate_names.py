@@ -25,9 +25,10 @@ DATA = json.loads((Path(__file__).parent / "data" / "accelerate_1_15_names.json"
 
 _MENU = ("Accelerate's raw-terminal menu widgets; `accel config` asks with its own prompts "
          "(accel_launch.prompts)")
-_CLI = ("internals of Accelerate's CLI verbs (handlers, formatters, questionnaire steps); "
-        "accel's verbs are accel_launch's, and their Accelerate-named builders "
-        "(*_command_parser, write_basic_config, load_config_from_file) are mirrored")
+_CLI = ("a step inside an Accelerate CLI verb (estimate-memory's table and Hub lookups, "
+        "launch's help grouping); accel's verbs do these their own way")
+_TO_FSDP2 = ("Accelerate's FSDP1->FSDP2 key tables; accel_launch.to_fsdp2 converts with its "
+             "own (convert_config_to_fsdp2 is mirrored)")
 _TEST_UTILS = ("Accelerate's own test-suite helpers (require_* decorators, regression "
                "models); accel's tests use pytest markers - not built yet")
 _INTERNAL = "a private helper inside an Accelerate function; accel's version has its own"
@@ -35,10 +36,16 @@ _INTERNAL = "a private helper inside an Accelerate function; accel's version has
 KNOWN_MISSING: dict[str, str] = {
     **{f"accelerate.commands.menu{m}": _MENU for m in (
         "", ".cursor", ".helpers", ".input", ".keymap", ".selection_menu")},
-    **{f"accelerate.commands.{m}": _CLI for m in (
-        "accelerate_cli", "utils", "config", "config.cluster", "config.config",
-        "config.config_utils", "config.sagemaker", "config.default", "config.update", "env",
-        "estimate", "launch", "merge", "test", "to_fsdp2")},
+    **{f"accelerate.commands.estimate:{n}": _CLI for n in (
+        "add_timm_hub_prefix", "check_has_model", "create_ascii_table", "create_empty_model",
+        "estimate_training_usage", "gather_data", "verify_on_hub")},
+    "accelerate.commands.launch:options_to_group": _CLI,
+    "accelerate.commands.launch:FORMAT": "rich's log format, bound only when rich is installed",
+    **{f"accelerate.commands.to_fsdp2:{n}": _TO_FSDP2 for n in (
+        "ARGUMENT_KEY_MAPPING", "ARGUMENT_VALUE_MAPPING", "ConversionStatus", "load_config")},
+    "accelerate.commands.config.config_utils:BulletMenu": _MENU,
+    **{f"accelerate.commands.test:{n}": "from accelerate.test_utils (see below)" for n in (
+        "execute_subprocess_async", "path_in_accelerate_package")},
     **{f"accelerate.test_utils{m}": _TEST_UTILS for m in (
         "", ".examples", ".testing", ".training")},
     "accelerate:rich": ("bound only when rich is installed (rich tracebacks): accel has no "

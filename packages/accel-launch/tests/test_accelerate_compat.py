@@ -119,3 +119,58 @@ def test_launch_banner_names_the_config_file_once(tmp_path: Path):
                              str(cfg), str(script)], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert f"(CPU, config file {cfg})" in result.stderr and "config config" not in result.stderr
+
+
+def test_config_sub_command_builders_stand_alone_or_join_given_subparsers(tmp_path: Path):
+    import argparse
+
+    from accel_launch.cli_compat import default_command_parser, update_command_parser
+
+    args = default_command_parser().parse_args(["--mixed_precision", "bf16"])
+    assert args.mixed_precision == "bf16" and args.func.__name__ == "_default_command"
+    sub = argparse.ArgumentParser().add_subparsers()
+    assert default_command_parser(sub, parents=[]) is sub.choices["default"]
+    assert update_command_parser(sub) is sub.choices["update"]
+    assert update_command_parser().parse_args(["--config_file", "c.yaml"]).config_file == "c.yaml"
+
+
+def test_verb_main_runs_the_accel_verb_on_sys_argv(tmp_path: Path, monkeypatch, capsys):
+    from accel_launch.cli_compat import verb_main
+
+    target = tmp_path / "c.yaml"
+    monkeypatch.setattr("sys.argv", ["accelerate-config", "default", "--config_file",
+                                     str(target)])
+    assert verb_main("config")() == 0 and target.exists()
+
+
+def test_launcher_functions_launch_or_refuse(tmp_path: Path, capsys):
+    from accel_launch.cli_compat import (
+        clean_option,
+        get_sagemaker_input,
+        sagemaker_launcher,
+        simple_launcher,
+        tpu_pod_launcher,
+    )
+    from accel_launch.launch import launch_command_parser
+
+    script = tmp_path / "train.py"
+    script.write_text("print('hi')\n")
+    args = launch_command_parser().parse_args(["--dry_run", "--cpu", str(script)])
+    assert simple_launcher(args) == 0 and "nothing was started" in capsys.readouterr().out
+    with pytest.raises(ConfigurationError, match="tpu_pod_launcher.*TPU"):
+        tpu_pod_launcher(args)
+    with pytest.raises(ConfigurationError, match="SageMaker"):
+        sagemaker_launcher(None, args)
+    with pytest.raises(ConfigurationError, match="SageMaker"):
+        get_sagemaker_input()
+    assert clean_option("--num-processes") == "num_processes" and clean_option("-q") is None
+
+
+def test_get_cluster_input_turns_the_answers_into_a_cluster_config(monkeypatch):
+    import io
+
+    from accel_launch.cli_compat import get_cluster_input
+
+    monkeypatch.setattr("sys.stdin", io.StringIO("\n" * 40))  # every default answer
+    cfg = get_cluster_input()
+    assert isinstance(cfg, ClusterConfig) and cfg.compute_environment.value == "LOCAL_MACHINE"

@@ -127,3 +127,29 @@ def test_torch_version_is_parsed():
 
     assert str(accel.utils.versions.torch_version) in torch.__version__
     assert "packaging" in sys.modules
+
+
+def test_commands_modules_hold_accelerates_cli_objects():
+    import accel
+    import accel.commands.accelerate_cli as cli
+    import accel.commands.config as config
+    import accel.commands.config.config_args as config_args
+    import accel.commands.env as env
+    import accel.commands.merge as merge
+    import accel.commands.tpu as tpu
+    import accel.commands.utils as cmd_utils
+    import accel_launch.cli
+    from accel_launch.config_classes import BaseConfig, ClusterConfig
+    from accel_launch.parser import AccelArgumentParser
+
+    assert cli.main is accel_launch.cli.main and env.version == accel.__version__
+    assert cmd_utils.CustomArgumentParser is AccelArgumentParser
+    assert config_args.BaseConfig is BaseConfig and issubclass(config_args.ClusterConfig,
+                                                                config_args.BaseConfig)
+    assert ClusterConfig is config_args.ClusterConfig
+    assert config_args.DistributedType is accel.utils.DistributedType
+    assert merge.merge_command_parser().prog == "accel merge-weights"
+    assert config.get_config_parser().prog == "accel config"
+    assert tpu.tpu_command_parser().prog == "accel tpu-config"
+    with pytest.raises(ConfigurationError, match="TPU"):
+        tpu.tpu_command_launcher(tpu.tpu_command_parser().parse_args([]))

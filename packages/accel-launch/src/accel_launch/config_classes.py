@@ -23,9 +23,12 @@ from accel_state.errors import ConfigurationError
 
 from accel_launch.config_file import default_json_config_file, default_yaml_config_file
 
-__all__ = ["BaseConfig", "ClusterConfig", "SageMakerConfig", "SAGEMAKER_PYTORCH_VERSION",
+__all__ = ["BaseConfig", "ClusterConfig", "SageMakerConfig", "SAGEMAKER_REFUSAL",
+           "SAGEMAKER_PYTORCH_VERSION",
            "SAGEMAKER_PYTHON_VERSION", "SAGEMAKER_TRANSFORMERS_VERSION", "config_class_for"]
 
+SAGEMAKER_REFUSAL = ("Amazon SageMaker launches are not supported by accel; run `accel launch` "
+                     "on the instances themselves with a LOCAL_MACHINE config (`accel config`).")
 # Accelerate's SageMaker image defaults (the values of accelerate.utils.constants)
 SAGEMAKER_PYTORCH_VERSION = "1.10.2"
 SAGEMAKER_PYTHON_VERSION = "py38"
@@ -198,10 +201,8 @@ class SageMakerConfig(BaseConfig):
     enable_cpu_affinity: bool = False
 
     def __post_init__(self) -> None:
-        raise ConfigurationError(
-            "SageMakerConfig (compute_environment: AMAZON_SAGEMAKER) is refused: Amazon "
-            "SageMaker launches are not supported by accel; run `accel launch` on the "
-            "instances themselves with a LOCAL_MACHINE config (`accel config`).")
+        raise ConfigurationError("SageMakerConfig (compute_environment: AMAZON_SAGEMAKER) is "
+                                 f"refused: {SAGEMAKER_REFUSAL}")
 
 
 def config_class_for(data: dict[str, Any]) -> type[BaseConfig]:

@@ -15,7 +15,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["config_command", "register", "update_config", "write_basic_config"]
+__all__ = ["DEFAULT_DESCRIPTION", "UPDATE_DESCRIPTION", "add_default_command",
+           "add_update_command", "config_command", "default_config_command", "register",
+           "update_config", "update_config_command", "write_basic_config"]
 
 _PRECISIONS = ("no", "fp16", "bf16", "fp8")
 
@@ -130,6 +132,17 @@ def _update_command(args: argparse.Namespace) -> int:
     return 0
 
 
+DEFAULT_DESCRIPTION = ("Write a basic config for this machine (all CUDA devices, else one CPU "
+                       "process) unless one exists.")
+UPDATE_DESCRIPTION = ("Load a config written by any Accelerate or accel version and rewrite it "
+                      "with today's keys.")
+
+
+#: Accelerate's names of the two sub-command handlers
+default_config_command = _default_command
+update_config_command = _update_command
+
+
 def register(subparsers: Any) -> None:
     """Entry point of the ``accel.cli`` group: add ``config`` with ``default`` and ``update``."""
     parser = subparsers.add_parser(
@@ -143,17 +156,27 @@ def register(subparsers: Any) -> None:
                              "$HF_HOME/accelerate/default_config.yaml).")
     parser.set_defaults(func=config_command)
     sub = parser.add_subparsers(title="subcommands", dest="config_subcommand", metavar="<sub>")
+    add_default_command(sub)
+    add_update_command(sub)
+
+
+def add_default_command(sub: Any) -> argparse.ArgumentParser:
+    """Add ``default`` (write a config for this machine) to the ``config`` sub-parsers."""
     default = sub.add_parser("default", help="Write a config for this machine, no questions.",
-                             description="Write a basic config for this machine (all CUDA "
-                                         "devices, else one CPU process) unless one exists.")
+                             description=DEFAULT_DESCRIPTION)
     default.add_argument("--config_file", default=None, metavar="PATH",
                          help="Where to write (default: the default location).")
     default.add_argument("--mixed_precision", choices=_PRECISIONS, default="no",
                          help="Mixed precision to write (default no).")
     default.set_defaults(func=_default_command)
+    return default
+
+
+def add_update_command(sub: Any) -> argparse.ArgumentParser:
+    """Add ``update`` (rewrite a config in today's schema) to the ``config`` sub-parsers."""
     update = sub.add_parser("update", help="Rewrite an existing config in today's schema.",
-                            description="Load a config written by any Accelerate or accel "
-                                        "version and rewrite it with today's keys.")
+                            description=UPDATE_DESCRIPTION)
     update.add_argument("--config_file", default=None, metavar="PATH",
                         help="The file to update (default: the default location).")
     update.set_defaults(func=_update_command)
+    return update

@@ -11,16 +11,13 @@ import socket
 import sys
 from typing import Any, NoReturn
 
+from accel_launch.config_classes import SAGEMAKER_REFUSAL
+from accel_launch.tpu_command import TPU_REFUSAL
 from accel_state.errors import ConfigurationError
 
 __all__ = ["SAGEMAKER_REFUSAL", "TPU_REFUSAL", "are_libraries_initialized",
            "get_fsdp2_grad_scaler", "get_free_port", "get_grad_scaler", "get_pretty_name",
            "install_xla", "merge_dicts", "prepare_sagemager_args_inputs", "prepare_tpu"]
-
-TPU_REFUSAL = ("TPU (torch_xla) training is not supported by accel; run on CPU or CUDA "
-               "devices (`accel launch --cpu` or `accel launch --num_processes N`).")
-SAGEMAKER_REFUSAL = ("Amazon SageMaker launches are not supported by accel; run `accel launch` "
-                     "on the instances themselves.")
 
 
 def are_libraries_initialized(*library_names: str) -> list[str]:

@@ -9,12 +9,15 @@ from typing import Any
 from accel_inference.cli_estimate import estimate_command
 from accel_inference.cli_estimate import register as estimate_command_register
 from accel_inference.estimate import estimate_training, estimate_weights
+from accel_launch.cli_compat import CustomArgumentParser, verb_main
 from accel_launch.parser import verb_parser
 
 from accel._module_compat import forward_to
 
+main = verb_main("estimate-memory")
+
 __all__ = ["estimate_command", "estimate_command_parser", "estimate_command_register",
-           "estimate_training", "estimate_weights"]
+           "estimate_training", "estimate_weights", "CustomArgumentParser", "main"]
 
 
 def estimate_command_parser(subparsers: Any = None) -> argparse.ArgumentParser:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from accel_launch.cli_compat import verb_main
 from accel_launch.parser import verb_parser
 from accel_launch.selftest import register as test_command_register
 from accel_launch.selftest import run_selftest as test_command
@@ -13,7 +14,10 @@ from accel_launch.selftest import test_script_path
 
 from accel._module_compat import forward_to
 
-__all__ = ["test_command", "test_command_parser", "test_command_register", "test_script_path"]
+main = verb_main("test")
+
+__all__ = ["test_command", "test_command_parser", "test_command_register", "test_script_path",
+           "main"]
 
 
 def test_command_parser(subparsers: Any = None) -> argparse.ArgumentParser:

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from accel_launch.config_command import update_config
+from accel_launch.cli_compat import SubcommandHelpFormatter, update_command_parser
+from accel_launch.config_command import UPDATE_DESCRIPTION, update_config, update_config_command
 
 from accel._module_compat import forward_to
 
-__all__ = ["update_config"]
+description = UPDATE_DESCRIPTION
+
+__all__ = ["update_config", "SubcommandHelpFormatter", "description", "update_command_parser",
+           "update_config_command"]
 
 
 # Accelerate's incidental names (helpers its module happened to import), on first use

@@ -1,0 +1,15 @@
+"""Accelerate's ``accelerate.commands.config.config_utils`` path: the help formatter and the
+dynamo backend names (accel's questions are ``accel_launch.prompts``)."""
+
+from __future__ import annotations
+
+from accel_launch.cli_compat import SubcommandHelpFormatter
+from accel_launch.flags_plugins import DYNAMO_BACKENDS
+
+from accel._module_compat import forward_to
+
+__all__ = ["DYNAMO_BACKENDS", "SubcommandHelpFormatter"]
+
+
+# Accelerate's incidental names (helpers its module happened to import), on first use
+__getattr__ = forward_to(__name__, "accel.utils", "accel.commands.config.config_args")
