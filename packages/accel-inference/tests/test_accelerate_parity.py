@@ -12,6 +12,7 @@ import pytest
 import torch
 from accel_inference import (
     check_device_map,
+    dispatch_model,
     get_max_memory,
     get_non_persistent_buffers,
     load_checkpoint_in_model,
@@ -58,6 +59,16 @@ def test_uncovered_tensors_raise_value_error_listing_them_and_unknown_still_warn
         check_device_map(model, {"a": "cpu", "q": 1})
     assert str(error.value).startswith("The device_map provided does not give any device for "
                                        "the following parameters: b.weight, b.bias.")
+
+
+def test_dispatch_with_an_unknown_key_warns_and_runs(tmp_path):
+    model = _Two()
+    expected = model.b(model.a(torch.ones(1, 2)))
+    device_map = {"a": "cpu", "b": "disk", "zz": "cpu"}
+    with pytest.warns(UserWarning, match=r"\['zz'\]"):
+        dispatch_model(model, device_map, offload_dir=tmp_path)
+    assert model.hf_device_map == device_map
+    torch.testing.assert_close(model.b(model.a(torch.ones(1, 2))), expected)
 
 
 def test_device_names_and_non_persistent_buffers_are_not_checked():
