@@ -122,10 +122,12 @@ def test_unexpected_keys_are_skipped_with_accelerates_warning(checkpoint, device
 
 
 def test_strict_mismatch_is_a_runtime_error_as_torchs(checkpoint):
-    _, path = checkpoint
+    state, path = checkpoint
     model = _Two()
     with pytest.raises(RuntimeError, match=r"unexpected key\(s\) \['extra.weight'\].*strict="):
         load_checkpoint_in_model(model, path, strict=True)
+    # as torch's load_state_dict: the names that match were loaded before the error
+    torch.testing.assert_close(model.b.weight, state["b.weight"])
     with pytest.raises(ValueError, match="extra.weight"):
         load_checkpoint_in_model(model, path, device_map={"": "cpu"}, strict=True)
 
