@@ -174,3 +174,18 @@ def test_get_cluster_input_turns_the_answers_into_a_cluster_config(monkeypatch):
     monkeypatch.setattr("sys.stdin", io.StringIO("\n" * 40))  # every default answer
     cfg = get_cluster_input()
     assert isinstance(cfg, ClusterConfig) and cfg.compute_environment.value == "LOCAL_MACHINE"
+
+
+@pytest.mark.parametrize(("value", "refused"), [("true", True), ("false", False)])
+def test_activation_offload_in_a_config_file_is_refused_naming_the_file(tmp_path: Path, capsys,
+                                                                      value, refused):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("distributed_type: NO\nuse_cpu: true\nfsdp_config:\n"
+                   f"  fsdp_activation_checkpointing_offload: {value}\n")
+    script = tmp_path / "train.py"
+    script.write_text("print('hi')\n")
+    code = main(["launch", "--dry_run", "--config_file", str(cfg), str(script)])
+    err = capsys.readouterr().err
+    assert code == (2 if refused else 0), err
+    if refused:
+        assert f"from config file {cfg}" in err and "not implemented by accel's FSDP2" in err

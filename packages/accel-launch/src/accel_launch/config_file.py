@@ -62,7 +62,6 @@ _SECTION_EXTRAS: dict[str, dict[str, str]] = {
     "mpirun_config": {"mpirun_ccl": "any"},
     "ipex_config": {"ipex": "bool", "use_xpu": "bool"},
     "megatron_lm_config": {},  # any key: the whole section is refused when used
-    "fsdp_config": {"fsdp_activation_checkpointing_offload": "bool"},
 }
 # Keys whose value now lives under another name (section -> old key -> today's key).
 _RENAMES = {"fp8_config": {"amax_history_length": "amax_history_len",

@@ -228,7 +228,8 @@ _UNSUPPORTED = Group("refused (Megatron-LM, TPU, SageMaker, IPEX/XPU)", "Accepte
                      "Accelerate; accel answers each with one clear error.", (
     *_MEGATRON_FLAGS,
     _refused("--fsdp_activation_checkpointing_offload", _FSDP_AC_OFFLOAD, "str",
-             inert=("False", "false")),
+             inert=("False", "false"),
+             config=("fsdp_config", "fsdp_activation_checkpointing_offload")),
     _refused("--ipex", _IPEX, "switch"),
     _refused("--use_xpu", _IPEX, "switch"),
     _refused("--tpu_cluster", _TPU, "switch", dest_name="tpu_use_cluster"),

@@ -49,16 +49,19 @@ class Resolved:
     """Warnings for the user."""
 
 
-def refuse_unsupported(args: argparse.Namespace) -> None:
+def refuse_unsupported(args: argparse.Namespace, sources: dict[str, str] | None = None) -> None:
     """TPU, SageMaker and Megatron-LM flags: one clear error instead of a silent no-op.
 
     A flag holding Accelerate's default (``megatron_lm_tp_degree=1`` next to
     ``use_megatron_lm=False``, as a namespace built for Accelerate has it) asks for nothing
-    and passes."""
+    and passes. With ``sources``, the error says where a config-file value came from."""
     for flag in all_flags():
         value = getattr(args, flag.dest, None)
         if flag.unsupported and value not in (None, False, []) and str(value) not in flag.inert:
-            raise ConfigurationError(f"{flag.name} is not supported by accel launch: "
+            source = (sources or {}).get(flag.dest, CLI)
+            key = flag.config[1] if flag.config else flag.dest
+            where = "" if source == CLI else f" ({key}={value!r} from {source})"
+            raise ConfigurationError(f"{flag.name}{where} is not supported by accel launch: "
                                      f"{flag.unsupported}")
 
 
@@ -205,6 +208,7 @@ def resolve_launch_args(args: argparse.Namespace) -> Resolved:
         cfg.values.pop("config_file", None)
     cluster, label = cluster_defaults()
     _fill(resolved, cfg, cluster, label)
+    refuse_unsupported(args, resolved.sources)  # refused settings a config file holds
     if cfg is not None:
         args.config_file = str(cfg.path)
         if resolved.sources.get("config_file") != CLI:
