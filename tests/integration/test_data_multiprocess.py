@@ -34,6 +34,16 @@ def test_every_sharding_mode_gathers_exactly_and_resumes_in_new_processes(explai
         assert f"DATA-RESUME-OK rank={rank} cases=64" in resumed.stdout, explain(resumed)
 
 
+def test_two_processes_see_what_one_process_sees_with_the_whole_batch(explain, data_launches):
+    # data_checks.check_union: 2 ranks x batch b, step by step, are 1 process x batch 2b
+    # (Accelerate's multi-process test), dispatch_batches on and off, split_batches,
+    # even_batches, drop_last, shuffling with and without the seedable sampler
+    saved, _ = data_launches
+    assert saved.returncode == 0, explain(saved)
+    for rank in (0, 1):
+        assert f"DATA-UNION-OK rank={rank} cases=96" in saved.stdout, explain(saved)
+
+
 def test_data_parallel_groups_keep_collectives_and_loaders_inside_them(explain, data_launches):
     # 2 processes, each alone in its data-parallel group (tensor parallel degree 2), plus a
     # group of both; see data_groups.py (run by the resuming launch, after its own checks)

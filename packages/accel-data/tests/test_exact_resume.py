@@ -197,3 +197,20 @@ def test_a_pass_left_on_its_last_batch_counts_as_done():
     for _ in rest:
         pass
     assert loader.iteration == 4
+
+
+def test_an_epoch_boundary_state_brings_the_sharded_generator_back():
+    def make(seed):
+        torch.manual_seed(seed)  # the sampler's generator is seeded by a draw at prepare time
+        return prepare_data_loader(DataLoader(list(range(20)), batch_size=3, shuffle=True),
+                                   num_processes=2, process_index=1)
+
+    truth = make(0)
+    epochs = [_flat(truth) for _ in range(3)]
+    run = make(0)
+    _flat(run)
+    state = run.state_dict()
+    assert state["batches_yielded"] == 0 and "sampler_draw" in state
+    fresh = make(99)  # another seed: the state restores the generator
+    fresh.load_state_dict(state)
+    assert [_flat(fresh) for _ in range(2)] == epochs[1:]

@@ -37,7 +37,9 @@ def test_the_world_is_read_from_the_group(gloo_group):
     torch.manual_seed(3)
     loader = prepare_data_loader(_loader(shuffle=True), group=group)
     assert isinstance(loader, DataLoaderShard) and not isinstance(loader, DataLoaderDispatcher)
-    assert get_sampler(loader).generator is None  # one process: torch's sampler as it is
+    # a group: the order must not depend on each process's global RNG (tensor-parallel
+    # peers in other groups read the same batches): a generator seeded by one global draw
+    assert get_sampler(loader).generator.initial_seed() == drawn
     torch.manual_seed(3)
     loader = prepare_data_loader(_loader(shuffle=True), group=group, use_seedable_sampler=True)
     sampler = get_sampler(loader)

@@ -19,6 +19,10 @@ def _error_class(name: str) -> type:
     return {"ValueError": ValueError, "TypeError": TypeError}[name]
 
 
+def _exact_len_case(case: dict) -> bool:
+    return case["split_batches"] and not case["even_batches"] and not case["drop_last"]
+
+
 @pytest.fixture(scope="module")
 def golden() -> dict:
     return grid.load()
@@ -36,6 +40,11 @@ def test_order_and_rng_consumption_match_accelerate(golden: dict) -> None:
         if "error" in expected:
             # ours is a subclass of Accelerate's builtin type, with its sentence in the text
             same = "error" in got and expected["message"] in got["message"]
+        elif _exact_len_case(case) and "len" in got:
+            # the one known difference: Accelerate's len() counts a batch that a short last
+            # batch never gives this rank (split_batches, even_batches=False); ours is exact
+            same = (got["len"] == len(got["epochs"][0]) <= expected["len"]
+                    and {**got, "len": 0} == {**expected, "len": 0})
         else:
             same = got == expected
         if not same:

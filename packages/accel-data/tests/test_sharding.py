@@ -66,11 +66,7 @@ def _check_batch_shards(length, batch_size, num, split, even, drop):
     sampler = BatchSampler(SequentialSampler(range(length)), batch_size, drop)
     shards = [BatchSamplerShard(sampler, num, r, split, even) for r in range(num)]
     per_rank = [list(s) for s in shards]
-    lengths = [len(b) for b in per_rank]
-    if split and not even and not drop:  # Accelerate's count: every batch of the sampler
-        assert [len(s) for s in shards] == [len(sampler)] * num, case
-    else:
-        assert [len(s) for s in shards] == lengths, case  # __len__ is exact
+    assert [len(s) for s in shards] == [len(b) for b in per_rank], case  # __len__ is exact
     assert _interleave(per_rank) == _expected(length, batch_size, num, split, even, drop), case
     rank_size = batch_size // num if split else batch_size
     if even or drop:

@@ -120,29 +120,34 @@ def epoch_batches(loader, stop=None):
 def check_resume(case, n, iterable, split, even, dispatch, saved):
     """Stop after k batches of epoch 1, restore into a fresh loader, compare with the truth."""
     args = (n, iterable, split, even, dispatch, True)
+    torch.manual_seed(0)  # shuffling draws from the global RNG, as in Accelerate
     truth = prepared(*args)
     epochs = [epoch_batches(truth) for _ in range(4)]
     k = max(min(gather_object([len(epochs[1]) // 2])), 1)  # the same stop on every rank
+    torch.manual_seed(0)
     run = prepared(*args)
     epoch_batches(run)
     assert epoch_batches(run, stop=k) == epochs[1][:k], case
-    state = run.state_dict()
+    state, rng = run.state_dict(), torch.get_rng_state()  # what a checkpoint saves
     done = k == len(epochs[1])  # stopped on the last batch: epoch 1 is over
     assert (state["epoch"], state["batches_yielded"]) == ((2, 0) if done else (1, k)), (
         case, state)
     after, following = (epochs[2], epochs[3]) if done else (epochs[1][k:], epochs[2])
     fresh = prepared(*args)
     fresh.load_state_dict(state)
+    torch.set_rng_state(rng)  # and restores
     assert len(fresh) == len(after) or dispatch or not even, case
     assert epoch_batches(fresh) == after, case
     assert epoch_batches(fresh) == following, case  # later epochs are whole again
+    torch.manual_seed(0)
     again = prepared(*args)  # skip_first_batches: the same position, another route
     epoch_batches(again)
     rest = skip_first_batches(again, k)
     assert epoch_batches(rest) == epochs[1][k:] and again.iteration == 2, case
     assert epoch_batches(again) == epochs[2], case
     saved.append({"case": list(map(int, [n, iterable, split, even, dispatch])),
-                  "state": state, "rest": after, "next": following})
+                  "state": state, "rest": after, "next": following,
+                  "rng": rng.tolist()})
 
 
 def check_accelerator():
@@ -168,6 +173,35 @@ def check_accelerator():
     assert objects == [f"x{i}" for i in range(9)], objects
 
 
+def _union_epochs(loader):
+    return [[b.tolist() for b in loader] for _ in range(2)]
+
+
+def check_union(n, split, even, drop, dispatch, seedable):
+    """Step by step, the 2 ranks' batches together are what 1 process sees with the whole
+    batch (Accelerate's multi-process test); the last may be followed by padding."""
+    case = f"union n={n} split={split} even={even} drop={drop} dispatch={dispatch}"
+
+    def loader(batch_size):
+        torch.manual_seed(0)
+        return DataLoader(Items(n), batch_size=batch_size, shuffle=True, drop_last=drop)
+
+    reference = _union_epochs(prepare_data_loader(
+        loader(GLOBAL), num_processes=1, process_index=0, use_seedable_sampler=seedable))
+    mine = _union_epochs(prepare_data_loader(
+        loader(GLOBAL if split else GLOBAL // 2), split_batches=split, even_batches=even,
+        dispatch_batches=dispatch, use_seedable_sampler=seedable))
+    ranks = gather_object([mine])
+    for epoch, expected in enumerate(reference):
+        steps = max(len(rank[epoch]) for rank in ranks)
+        got = [[i for rank in ranks if k < len(rank[epoch]) for i in rank[epoch][k]]
+               for k in range(steps)]
+        assert len(got) == len(expected), (case, got, expected)
+        for k, (union, batch) in enumerate(zip(got, expected)):
+            padded = even and not drop and k == len(expected) - 1
+            assert (union[:len(batch)] if padded else union) == batch, (case, got, expected)
+
+
 def save(out):
     state = PartialState(cpu=True)
     assert state.num_processes == 2
@@ -178,6 +212,13 @@ def save(out):
         lockstep += check_epoch(case, n, iterable, split, even, dispatch)
         check_resume(case, n, iterable, split, even, dispatch, saved)
     check_accelerator()
+    unions = 0
+    for n, split, even, drop, dispatch, seedable in itertools.product(
+            LENGTHS, (False, True), (True, False), (False, True), (False, True), (False, True)):
+        if seedable or dispatch:  # torch's sampler alone draws at prepare time otherwise
+            check_union(n, split, even, drop, dispatch, seedable)
+            unions += 1
+    print(f"DATA-UNION-OK rank={state.process_index} cases={unions}")
     if state.is_main_process:
         Path(out, "states.json").write_text(json.dumps(saved))
     state.wait_for_everyone()
@@ -192,6 +233,7 @@ def resume(out):
         n, iterable, split, even, dispatch = entry["case"]
         fresh = prepared(n, bool(iterable), bool(split), bool(even), bool(dispatch), True)
         fresh.load_state_dict(entry["state"])
+        torch.set_rng_state(torch.tensor(entry["rng"], dtype=torch.uint8))  # a checkpoint's
         # each rank saved rank 0's view: compare on rank 0, keep collectives in step on all
         rest, following = epoch_batches(fresh), epoch_batches(fresh)
         if state.is_main_process:

@@ -139,8 +139,9 @@ def check_pair_loaders(rank, pair):
     def loader(**kwargs):
         return DataLoader(Items(23), batch_size=4, shuffle=True, **kwargs)
 
-    grouped = prepare_data_loader(loader(), group=pair, data_seed=9)
-    default = prepare_data_loader(loader(), data_seed=9)  # group=None: the same world
+    grouped = prepare_data_loader(loader(), group=pair, use_seedable_sampler=True, data_seed=9)
+    default = prepare_data_loader(loader(), use_seedable_sampler=True,
+                                  data_seed=9)  # group=None: the same world
     assert grouped.batch_sampler.process_index == rank
     mine = rows(grouped)
     assert mine == rows(default)
@@ -149,7 +150,9 @@ def check_pair_loaders(rank, pair):
     exact = [gather_for_metrics(b, group=pair) for b in prepare_data_loader(
         DataLoader(Items(23), batch_size=4), group=pair)]
     assert torch.cat(exact).tolist() == list(range(23))
-    dispatched = prepare_data_loader(DataLoader(Stream(11), batch_size=3), group=pair)
+    # Accelerate's default: an IterableDataset is dispatched when batches go to the device
+    dispatched = prepare_data_loader(DataLoader(Stream(11), batch_size=3), group=pair,
+                                     device="cpu", put_on_device=True)
     assert isinstance(dispatched, DataLoaderDispatcher) and dispatched.num_processes == 2
     got = [gather_for_metrics(b, group=pair) for b in dispatched]
     assert torch.cat(got).tolist() == list(range(11)), got

@@ -16,6 +16,7 @@ only: every group reads and sends its own copy of the data.
 from __future__ import annotations
 
 import itertools
+from contextlib import nullcontext
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -30,7 +31,7 @@ from torch.utils.data import IterableDataset
 from accel_data.groups import resolve_world
 from accel_data.loader_state import _END
 from accel_data.loaders import DataLoaderShard, UnsizedLoaderError
-from accel_data.samplers import SkipBatchSampler
+from accel_data.samplers import SkipBatchSampler, keep_rng
 from accel_data.sharding import _check_split
 
 if TYPE_CHECKING:
@@ -167,7 +168,7 @@ class DataLoaderDispatcher(DataLoaderShard):
                 return base, False
             return base, bool(last) and last <= rank * (size // num)
         steps, rest = divmod(base, num)
-        if not rest or self.drop_last:
+        if not rest or self._drop_last_source:
             return steps, False
         return steps + 1, not self.even_batches and rank >= rest
 
@@ -215,7 +216,7 @@ class DataLoaderDispatcher(DataLoaderShard):
                        if r * width < size else None for r in range(num)]
                 continue
             parts = list(itertools.islice((b for b in iterator), num))
-            if not parts or (len(parts) < num and self.drop_last):
+            if not parts or (len(parts) < num and self._drop_last_source):
                 return
             yield parts + [None] * (num - len(parts))
 
@@ -227,7 +228,9 @@ class DataLoaderDispatcher(DataLoaderShard):
         the last batch is handed out, as with an undispatched loader. Only the final step
         can lack parts, so padding needs no look-ahead; the end travels as its own message.
         """
-        iterator, discard = self._open_base(skip)
+        resumed, self._resumed = self._resumed, False  # see DataLoaderShard._open
+        with keep_rng(self.generator) if resumed else nullcontext():
+            iterator, discard = self._open_base(skip)
         stream = self._global_batches(iterator)
         first = next(stream, None)
         if first is None:
@@ -237,7 +240,7 @@ class DataLoaderDispatcher(DataLoaderShard):
         for _ in range(discard):
             next(stream, None)
         for current in stream:
-            remainder = -1 if self.drop_last else 0
+            remainder = -1 if self._drop_last_source else 0
             missing = [r for r, p in enumerate(current) if p is None]
             if missing and self.even_batches:
                 remainder = sum(_batch_len(p) for p in current if p is not None)
@@ -311,6 +314,10 @@ class DataLoaderDispatcher(DataLoaderShard):
             if self.num_processes > 1:
                 broadcast_object_list([None], from_process=0, group=self.group)
             return
+        resumed, self._resumed = self._resumed, False
+        if not resumed:  # Accelerate opens (and never reads) the loader here too: that
+            # draws torch's base seed from the global RNG, which the other ranks mirror
+            torch.empty((), dtype=torch.int64).random_(generator=self.generator)
         while True:
             part, step = self._receive()
             if step is None:

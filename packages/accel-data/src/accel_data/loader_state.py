@@ -91,8 +91,9 @@ class DataLoaderStateMixin:
 
     def state_dict(self) -> dict[str, Any]:
         """The position as plain data: ``epoch``, ``batches_yielded``, ``sampler_seed`` (a
-        seedable sampler's) and, mid-pass over torch's shuffling sampler, ``sampler_draw``:
-        what that pass's permutation was drawn from (a seed, or a generator state).
+        seedable sampler's) and, over torch's shuffling sampler, ``sampler_draw``: what the
+        current pass's permutation was drawn from (a seed, or a generator state), or at an
+        epoch boundary the state of the generator the next pass draws from.
 
         Taken mid-pass it is the batches handed out so far; taken on the last batch (or
         after it) it is the start of the next epoch.
@@ -111,6 +112,10 @@ class DataLoaderStateMixin:
             state["sampler_seed"] = seed
         if done and draw is not None:
             state["sampler_draw"] = encode_draw(draw)
+        elif not done and hasattr(sampler, "replay") and sampler.generator is not None:
+            # the next pass draws from this generator as it is now (the global RNG, the
+            # other source, is the checkpoint's to restore)
+            state["sampler_draw"] = encode_draw(sampler.generator.get_state())
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -130,8 +135,11 @@ class DataLoaderStateMixin:
         if seed is not None and hasattr(sampler, "initial_seed"):
             sampler.initial_seed = int(seed)
         draw = state_dict.get("sampler_draw")
-        if draw is not None and done and hasattr(sampler, "replay"):
-            sampler.replay(decode_draw(draw))
+        if draw is not None and hasattr(sampler, "replay"):
+            if done:
+                sampler.replay(decode_draw(draw))
+            elif sampler.generator is not None:
+                sampler.generator.set_state(decode_draw(draw))
 
     def _hand_out_last(self) -> object:
         """The last batch of this pass is about to be yielded: from now on the epoch is done."""

@@ -81,10 +81,10 @@ def _index_sampler(sampler: Any, seedable: bool, data_seed: int | None, shard: b
     Accelerate's rules: ``use_seedable_sampler`` turns any ``RandomSampler`` into a
     ``SeedableRandomSampler`` on the same generator. Otherwise, when the loader is sharded
     by index, a sampler with a ``generator`` attribute gets one (seeded by one draw from the
-    global RNG, now) if it has none, and that generator is what ``rng_types=["generator"]``
-    synchronises. Unlike Accelerate the user's sampler is not modified (a copy is), and
-    torch's ``RandomSampler`` becomes a ``ReplayableRandomSampler`` (same draws) so a
-    resumed pass can redraw its permutation.
+    global RNG, now; global rank 0's under torch.distributed) if it has none, and that
+    generator is what ``rng_types=["generator"]`` synchronises. Unlike Accelerate the
+    user's sampler is not modified (a copy is), and torch's ``RandomSampler`` becomes a
+    ``ReplayableRandomSampler`` (same draws) so a resumed pass can redraw its permutation.
     """
     if seedable and isinstance(sampler, RandomSampler):
         return SeedableRandomSampler(
@@ -93,7 +93,9 @@ def _index_sampler(sampler: Any, seedable: bool, data_seed: int | None, shard: b
             data_seed=_seedable_seed(data_seed, group)), None
     generator = getattr(sampler, "generator", None)
     synchronized = None
-    if shard and not seedable and hasattr(sampler, "generator"):
+    # with a data-parallel group (tensor parallelism) the peers of other groups must draw
+    # the same order too: a shared generator as when sharding (Accelerate needs set_seed)
+    if (shard or group is not None) and not seedable and hasattr(sampler, "generator"):
         if generator is None:
             generator = _new_generator()
             seed = draw_seed()

@@ -107,15 +107,29 @@ class BatchSamplerShard(BatchSampler):
     def __len__(self) -> int:
         total = self.total_length
         if self.split_batches:
-            # Accelerate's count: every batch, even when a short last one does not reach
-            # this rank's slice (even_batches=False); then it is one more than yielded.
-            return total
+            return self._split_len(total)
         rounds, rest = divmod(total, self.num_processes)
         if rest == 0 or self.drop_last:
             return rounds
         if self.even_batches:
             return rounds + 1
         return rounds + (1 if self.process_index < rest else 0)
+
+    def _split_len(self, total: int) -> int:
+        if self.drop_last or self.even_batches or total == 0:
+            return total
+        # Uneven split: the short last batch may not reach this rank's slice, and then this
+        # rank has one batch less (Accelerate counts it anyway; an exact count keeps
+        # collectives per batch from hanging). Its size is known when the sampler exposes a
+        # sized index sampler (torch's BatchSampler does); otherwise assume it does.
+        try:
+            last = len(self.sampler) % self.batch_size  # type: ignore[arg-type,operator]
+        except TypeError:
+            return total
+        slice_len = self.batch_size // self.num_processes  # type: ignore[operator]
+        if last == 0 or last > slice_len * self.process_index:
+            return total
+        return total - 1
 
     # Real samples in the last global batch of the latest pass when it was padded, else 0:
     # what ``gather_for_metrics`` keeps of that batch. Set as the pass ends.
