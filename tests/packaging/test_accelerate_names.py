@@ -51,7 +51,8 @@ KNOWN_MISSING: dict[str, str] = {
     "accelerate:rich": ("bound only when rich is installed (rich tracebacks): accel has no "
                         "rich-traceback module"),
     "accelerate.optimizer:patch_optimizer_step": _INTERNAL,
-    "accelerate.utils.bnb": _INTERNAL + " (bitsandbytes quantization steps)",
+    **{f"accelerate.utils.bnb:{n}": _INTERNAL + " (bitsandbytes quantization steps)" for n in (
+        "get_parameter_device", "get_quantized_model_device_map", "quantize_and_offload_8bit")},
     "accelerate.utils.modeling:fallback_allocate": _INTERNAL + " (infer_auto_device_map)",
     "accelerate.utils.modeling:get_module_leaves": _INTERNAL + " (infer_auto_device_map)",
     "accelerate.utils.operations:gather_tensor_shape": _INTERNAL + " (broadcast of shapes)",
@@ -199,3 +200,42 @@ def test_every_accelerate_cli_command_is_an_accel_command():
     choices = next(a for a in parser._actions if a.dest == "command").choices
     assert set(DATA["cli_commands"]) <= set(choices), sorted(set(DATA["cli_commands"])
                                                              - set(choices))
+
+
+_SAMPLE = '''
+import os
+from typing import TYPE_CHECKING, Optional
+from .sibling import shared_helper
+from . import sibling
+if TYPE_CHECKING:
+    from .sibling import OnlyForTypes
+try:
+    from .sibling import optional_name
+except ImportError:
+    pass
+CONSTANT = 1
+logger = __import__("logging").getLogger(__name__)
+_private = 2
+def public_function(): ...
+class PublicClass: ...
+if __name__ == "__main__":
+    script_only = 3
+'''
+
+
+def test_the_tool_counts_definitions_and_own_reexports_only(tmp_path, monkeypatch):
+    """tools/accelerate_names.py's rule, on a made-up package: definitions and re-exports of
+    the package's own names count; other packages' imports, loggers, submodules, private and
+    TYPE_CHECKING / __main__ names do not; a declared name absent at run time is conditional."""
+    pkg = tmp_path / "samplepkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sibling.py").write_text("shared_helper = 1\n")
+    (pkg / "mod.py").write_text(_SAMPLE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "tools"))
+    import accelerate_names
+    mod = importlib.import_module("samplepkg.mod")
+    assert accelerate_names.module_names(mod) == {
+        "names": ["CONSTANT", "PublicClass", "public_function", "shared_helper"],
+        "conditional": ["optional_name"]}
