@@ -153,3 +153,16 @@ def test_commands_modules_hold_accelerates_cli_objects():
     assert tpu.tpu_command_parser().prog == "accel tpu-config"
     with pytest.raises(ConfigurationError, match="TPU"):
         tpu.tpu_command_launcher(tpu.tpu_command_parser().parse_args([]))
+
+
+def test_utils_submodules_are_attributes_after_importing_accel_utils():
+    import subprocess
+
+    probe = ("import types, accel.utils as u; names = ['ao', 'bnb', 'constants', 'dataclasses', "
+             "'environment', 'fsdp_utils', 'imports', 'launch', 'megatron_lm', 'memory', "
+             "'modeling', 'offload', 'operations', 'other', 'random', 'torch_xla', "
+             "'transformer_engine', 'versions']; print([n for n in names if not "
+             "isinstance(vars(u).get(n), types.ModuleType)]); assert callable(u.tqdm)")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr[-2000:]

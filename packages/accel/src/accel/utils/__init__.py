@@ -90,6 +90,19 @@ from accel.utils.megatron_lm import prepare_scheduler as megatron_lm_prepare_sch
 # imports the submodule first, then binds the name to the function (as Accelerate does)
 from accel.utils.tqdm import tqdm
 
+# Accelerate's submodules are attributes of accelerate.utils once it is imported (its
+# __init__ imports from each); these are the ones nothing above imported yet
+from accel.utils import (  # noqa: E402,F401
+    ao,
+    bnb,
+    offload,
+    operations,
+    random,
+    torch_xla,
+    transformer_engine,
+    versions,
+)
+
 _checkpoint_all = [
     "clean_state_dict_for_safetensors", "convert_bytes",
     "convert_file_size_to_int", "dtype_byte_size", "id_tensor_storage", "load",
