@@ -58,6 +58,31 @@ def test_selection_asks_strategies_by_priority(state):
         STRATEGIES._clear()
 
 
+def test_two_accepting_strategies_of_one_priority_are_refused_naming_both(state):
+    class Twin(Strategy):
+        priority = 100
+
+        @classmethod
+        def accepts(cls, config):
+            return "twin" in config.plugins
+
+    STRATEGIES.register("twin-a", Twin)
+    STRATEGIES.register("twin-b", type("OtherTwin", (Twin,), {}))
+    try:
+        with pytest.raises(ConfigurationError, match="twin-a, twin-b.*same priority.*"
+                           "ACCEL_STRATEGY"):
+            select_strategy(_config(state, plugins={"twin": True}))
+        assert type(select_strategy(_config(state))) is SingleDeviceStrategy  # not asked
+    finally:
+        STRATEGIES._clear()
+
+
+def test_the_projects_strategies_have_distinct_priorities():
+    found = STRATEGIES.load_all()
+    priorities = [cls.priority for cls in found.values()]
+    assert len(set(priorities)) == len(priorities), {n: c.priority for n, c in found.items()}
+
+
 def test_ddp_accepts_several_processes_only(state):
     assert not DDPStrategy.accepts(_config(state))
     assert SingleDeviceStrategy.accepts(_config(state))

@@ -100,7 +100,7 @@ class ParallelismStrategy(FSDP2Strategy):
     """TP / CP / FSDP2 / HSDP / DDP composed on one mesh from a ``ParallelismConfig``."""
 
     name = "nd"
-    priority = 60
+    priority = 55  # below deepspeed (60): a DeepSpeed plugin with a ParallelismConfig is ZeRO
 
     def __init__(self, state: PartialState, *, precision: Precision | None = None,
                  parallelism: ParallelismConfig | None = None,

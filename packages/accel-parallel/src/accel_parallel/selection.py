@@ -59,9 +59,16 @@ def _build(config: StrategyConfig) -> Strategy:
     requested = config.requested or env.STRATEGY.get()
     if requested:
         return STRATEGIES.get(requested).from_config(config)
-    for _, cls in _candidates():
-        if cls.accepts(config):
-            return cls.from_config(config)
+    accepting = [(name, cls) for name, cls in _candidates() if cls.accepts(config)]
+    if accepting:
+        name, cls = accepting[0]
+        tied = [other for other, c in accepting[1:] if c.priority == cls.priority]
+        if tied:  # never let the name order decide between backends
+            raise ConfigurationError(
+                f"Strategies {', '.join([name, *tied])} all accept this configuration with "
+                f"the same priority ({cls.priority}): give one of them another priority, "
+                f"or name the one to use with {env.STRATEGY.name}=<name>.")
+        return cls.from_config(config)
     state = config.state
     raise ConfigurationError(
         f"No registered strategy accepts this configuration ({state.num_processes} process(es) "
