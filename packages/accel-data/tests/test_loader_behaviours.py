@@ -8,6 +8,7 @@ import pickle
 import warnings
 
 import pytest
+import torch
 from accel_data import DataLoaderShard, prepare_data_loader, skip_first_batches
 from accel_data.dispatcher import DataLoaderDispatcher
 from torch.utils.data import DataLoader, IterableDataset
@@ -117,3 +118,22 @@ def test_drop_last_leaving_nothing_warns_once_on_the_main_process():
     with pytest.warns(UserWarning, match="one step takes 8. Use"):
         prepare_data_loader(DataLoader(list(range(5)), batch_size=8, drop_last=True),
                             num_processes=2, process_index=0, split_batches=True)
+
+
+def test_an_iterable_datasets_generator_is_seeded_with_the_epoch_as_in_accelerate():
+    class Shuffling(IterableDataset):
+        def __init__(self):
+            self.generator = torch.Generator()
+
+        def __iter__(self):
+            return iter(torch.randperm(8, generator=self.generator).tolist())
+
+    def order(epoch):
+        generator = torch.Generator().manual_seed(epoch)
+        return torch.randperm(8, generator=generator).tolist()
+
+    shards = [prepare_data_loader(DataLoader(Shuffling(), batch_size=2), num_processes=2,
+                                  process_index=r) for r in (0, 1)]
+    for epoch in range(2):
+        seen = [_flat(s) for s in shards]
+        assert [i for k in range(2) for r in (0, 1) for i in seen[r][k]] == order(epoch)

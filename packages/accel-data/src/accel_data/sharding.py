@@ -13,6 +13,7 @@ import math
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+import torch
 from accel_state.errors import ConfigurationError
 from torch.utils.data import BatchSampler, IterableDataset
 
@@ -331,6 +332,9 @@ class IterableDatasetShard(IterableDataset):
         return rounds * self.process_batch_size
 
     def __iter__(self) -> Iterator[Any]:
+        generator = getattr(self.dataset, "generator", None)
+        if isinstance(generator, torch.Generator) and not hasattr(self.dataset, "set_epoch"):
+            generator.manual_seed(self.epoch)  # Accelerate's: a dataset shuffling by itself
         round_size = self.total_batch_size
         lo = self.process_index * self.process_batch_size
         hi = lo + self.process_batch_size
