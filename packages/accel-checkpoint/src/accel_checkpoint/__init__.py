@@ -90,7 +90,7 @@ if TYPE_CHECKING:
         wait_for_staging,
     )
     from accel_checkpoint.dcp_writer import DCPWriter
-    from accel_checkpoint.hashing import Verification
+    from accel_checkpoint.hashing import DIGESTS, Verification, digest_algorithm
     from accel_checkpoint.layouts import (
         CHECKPOINT_LAYOUTS,
         CheckpointLayout,
