@@ -42,6 +42,11 @@ def test_two_processes_see_what_one_process_sees_with_the_whole_batch(explain, d
     assert saved.returncode == 0, explain(saved)
     for rank in (0, 1):
         assert f"DATA-UNION-OK rank={rank} cases=96" in saved.stdout, explain(saved)
+    # data_checks.check_regression: Accelerate's training_check (a regression model on a
+    # generator-seeded shuffling loader, seedable sampler on and off, split_batches on and
+    # off) trains the 1-process model on 2 processes
+    for rank in (0, 1):
+        assert f"DATA-REGRESSION-OK rank={rank}" in saved.stdout, explain(saved)
 
 
 def test_data_parallel_groups_keep_collectives_and_loaders_inside_them(explain, data_launches):

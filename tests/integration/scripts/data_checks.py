@@ -13,6 +13,7 @@ writes mid-epoch dataloader states and the batches that must follow them. ``resu
 from __future__ import annotations
 
 import collections
+import copy
 import itertools
 import json
 import sys
@@ -22,6 +23,7 @@ import torch
 from accel_data import (
     DataLoaderConfiguration,
     DataLoaderDispatcher,
+    SeedableRandomSampler,
     gather_for_metrics,
     prepare_data_loader,
     skip_first_batches,
@@ -202,6 +204,47 @@ def check_union(n, split, even, drop, dispatch, seedable):
             assert (union[:len(batch)] if padded else union) == batch, (case, got, expected)
 
 
+def check_regression(seedable, split):
+    """Accelerate's test_script training_check: training on 2 processes (a shuffling loader
+    seeded through a torch.Generator) gives the model one process gives on the whole batch
+    (off by ~1e-3 when the sampler consumed the generator unlike Accelerate's)."""
+    from accel import Accelerator
+    from accel.utils import set_seed
+
+    def data(generator, batch_size):
+        if seedable:  # as Accelerate's test: the user's own SeedableRandomSampler
+            sampler = SeedableRandomSampler(train_set, generator=generator)
+            return DataLoader(train_set, batch_size=batch_size, sampler=sampler)
+        return DataLoader(train_set, batch_size=batch_size, shuffle=True, generator=generator)
+
+    def train(loader, model, backward):
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        optimizer = accelerator.prepare(optimizer) if backward is not None else optimizer
+        for _ in range(3):
+            for x, y in loader:
+                model.zero_grad()
+                loss = torch.nn.functional.mse_loss(model(x[:, None]).squeeze(-1), y)
+                (backward or torch.Tensor.backward)(loss)
+                optimizer.step()
+        return torch.cat([p.detach().flatten() for p in model.parameters()])
+
+    set_seed(42)
+    xs = torch.randn(64)
+    train_set = torch.utils.data.TensorDataset(xs, 2 * xs + 3 + 0.1 * torch.randn(64))
+    initial = torch.nn.Linear(1, 1)
+    generator = torch.Generator().manual_seed(42)
+    expected = train(data(generator, 16), copy.deepcopy(initial), None)
+    accelerator = Accelerator(cpu=True, dataloader_config=DataLoaderConfiguration(
+        split_batches=split, use_seedable_sampler=seedable))
+    set_seed(42)
+    model = accelerator.prepare(copy.deepcopy(initial))
+    loader = accelerator.prepare(data(generator, 16 if split else 8))
+    set_seed(42)
+    generator.manual_seed(42)
+    got = train(loader, model, accelerator.backward)
+    torch.testing.assert_close(got, expected, atol=1e-6, rtol=1e-5)
+
+
 def save(out):
     state = PartialState(cpu=True)
     assert state.num_processes == 2
@@ -219,6 +262,9 @@ def save(out):
             check_union(n, split, even, drop, dispatch, seedable)
             unions += 1
     print(f"DATA-UNION-OK rank={state.process_index} cases={unions}")
+    for seedable, split in itertools.product((False, True), (False, True)):
+        check_regression(seedable, split)
+    print(f"DATA-REGRESSION-OK rank={state.process_index}")
     if state.is_main_process:
         Path(out, "states.json").write_text(json.dumps(saved))
     state.wait_for_everyone()
