@@ -31,7 +31,7 @@ def test_hooks_custom_objects_and_weights(tmp_path):
     model = accelerator.prepare(nn.Linear(3, 2))
     counter = Counter()
     accelerator.register_for_checkpointing(counter)
-    with pytest.raises(ConfigurationError, match="item 0"):
+    with pytest.raises(ConfigurationError, match="Item at index 0"):
         accelerator.register_for_checkpointing(object())
     seen = []
     handle = accelerator.register_save_state_pre_hook(

@@ -13,6 +13,7 @@ raw little-endian data) and load with any safetensors reader.
 from __future__ import annotations
 
 import json
+import mmap
 import os
 from concurrent.futures import Future
 from pathlib import Path
@@ -30,6 +31,7 @@ from accel_checkpoint.hashing import (
     current_digest,
     hash_pool,
     map_file,
+    read_file,
     record_of,
 )
 
@@ -141,11 +143,11 @@ def write_safetensors(path: str | os.PathLike[str], tensors: dict[str, torch.Ten
 
 
 def _read_verified(path: Path, expected: FileRecord | None, hashed: bool = True,
-                   verified: Any = None) -> Any:
-    """The file's bytes (a copy-on-write mapping), checked against ``expected`` first:
-    its size always, its digests unless ``hashed=False`` (the caller verifies them apart).
-    ``verified``: the file's bytes as a :class:`Verification` already checked them (used
-    as they are)."""
+                   verified: Any = None, copy: bool = False) -> Any:
+    """The file's bytes (a copy-on-write mapping; ``copy``: read into process memory),
+    checked against ``expected`` first: its size always, its digests unless
+    ``hashed=False`` (the caller verifies them apart). ``verified``: the file's bytes as a
+    :class:`Verification` already checked them (used as they are)."""
     if verified is not None:
         return verified
     try:
@@ -155,7 +157,7 @@ def _read_verified(path: Path, expected: FileRecord | None, hashed: bool = True,
     if expected is not None and size != expected.size:
         raise CorruptCheckpointError(path, f"size is {size} bytes but the manifest says "
                                      f"{expected.size}: the file is truncated or was changed")
-    data = map_file(path)
+    data = read_file(path) if copy else map_file(path)
     if expected is not None and hashed:
         check_bytes(path, data, expected)
     return data
@@ -168,11 +170,13 @@ def read_safetensors(path: str | os.PathLike[str], expected: FileRecord | None =
     (``hashed=False``: its size only; the caller checks the digests apart; ``verified``:
     the file's bytes from a passed :meth:`Verification.take`, read without mapping again).
 
-    The tensors view the file's mapping unless ``copy``: then each is copied into its own
-    memory and the mapping is dropped when this returns — for a caller that keeps the
-    tensors (an optimizer does), so that deleting the file later frees its disk space."""
+    The tensors view the file's mapping unless ``copy``: then they view process memory
+    (the file is read, or a mapping handed in is copied) and no mapping outlives this call —
+    for a caller that keeps the tensors (an optimizer does), so that deleting the file
+    later frees its disk space."""
     path = Path(path)
-    buffer = _read_verified(path, expected, hashed, verified)
+    buffer = _read_verified(path, expected, hashed, verified, copy)
+    mapped = isinstance(buffer, mmap.mmap)
     try:
         if len(buffer) < 8:
             raise ValueError(f"only {len(buffer)} bytes")
@@ -194,7 +198,7 @@ def read_safetensors(path: str | os.PathLike[str], expected: FileRecord | None =
         # Views of the mapping (it stays alive as long as a tensor does); writes to them
         # (an optimizer step) copy the touched pages and never reach the file.
         raw = torch.frombuffer(buffer, dtype=torch.uint8, count=end - begin, offset=base + begin)
-        if copy or (base + begin) % dtype.itemsize:  # or written unaligned by another tool
+        if (copy and mapped) or (base + begin) % dtype.itemsize:  # or unaligned (another tool)
             raw = raw.clone()
         tensors[name] = raw.view(dtype).reshape(info["shape"])
     return tensors, metadata

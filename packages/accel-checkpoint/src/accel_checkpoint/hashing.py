@@ -39,7 +39,8 @@ import xxhash
 __all__ = ["HASH_CHUNK", "DIGESTS", "check_digest", "digest_algorithm", "current_digest",
            "FileRecord",
            "Verification", "hash_pool", "chunk_digests",
-           "chunked_record", "record_of", "map_file", "check_bytes", "hash_file",
+           "chunked_record", "record_of", "map_file", "read_file", "empty_buffer",
+           "check_bytes", "hash_file",
            "record_new_files", "BackgroundFlusher", "fsync_file", "fsync_dir"]
 
 #: Bytes per hashed chunk (format 2): small enough to spread a file over every core.
@@ -224,6 +225,40 @@ def map_file(path: str | os.PathLike[str]) -> Any:
         return mmap.mmap(handle.fileno(), size, access=mmap.ACCESS_COPY)
 
 
+def empty_buffer(size: int) -> Any:
+    """``size`` writable bytes of fresh process memory, not zero-filled (a numpy view of a
+    torch allocation: pages are touched only when written)."""
+    import torch  # only the readers that load tensors come here
+
+    return torch.empty(size, dtype=torch.uint8).numpy()
+
+
+def read_file(path: str | os.PathLike[str]) -> Any:
+    """The file's bytes copied into process memory (:func:`empty_buffer`), read in
+    parallel on the hash pool: unlike :func:`map_file`, nothing keeps the file open or
+    mapped afterwards, so tensors kept from it pin no disk space once it is deleted."""
+    with open(path, "rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        data = empty_buffer(size)
+        view = memoryview(data).cast("B")
+        for done in hash_pool().map(lambda s: _read_range(handle.fileno(), view, s),
+                                    range(0, size, HASH_CHUNK)):
+            if not done:
+                raise OSError(f"{path} changed size while it was read")
+    return data
+
+
+def _read_range(fd: int, view: memoryview, start: int) -> bool:
+    """Fill ``view[start:start + HASH_CHUNK]`` from the file ``fd``; False if it ends early."""
+    part = view[start:start + HASH_CHUNK]
+    while len(part):
+        got = os.preadv(fd, [part], start)
+        if got == 0:
+            return False
+        part, start = part[got:], start + got
+    return True
+
+
 def _prefault(data: Any, start: int, length: int) -> None:
     """Map the pages of ``data[start:start + length]`` in one call when ``data`` is a file
     mapping: hashing it then takes no page fault per 4 KiB (~20% faster here), and whoever
@@ -304,13 +339,15 @@ class Verification:
     :meth:`take` hands a file's mapping to its reader (the very bytes that were checked,
     their pages already mapped) and :meth:`release` drops those not taken; otherwise a
     mapping lives only until its chunks are hashed (an open mapping pins the file's disk
-    space after rotation deletes it). ``fast``: xxh3-128 where the records have it
+    space after rotation deletes it). Files named in ``read`` (with ``keep``) are read
+    into process memory instead (:func:`read_file`), for readers that keep the tensors
+    (an optimizer): what they keep then pins no file. ``fast``: xxh3-128 where the records have it
     (loading); otherwise a sha256 record is checked with sha256 (``accel checkpoint
     verify``) and an xxh3-128 one with xxh3-128.
     """
 
     def __init__(self, path: str | os.PathLike[str], files: dict[str, FileRecord],
-                 fast: bool = True, keep: bool = False) -> None:
+                 fast: bool = True, keep: bool = False, read: Any = ()) -> None:
         self.path = Path(path)
         self._mappings: dict[str, Any] = {}  # kept for take() (keep=True only)
         self._jobs: list[tuple[Path, FileRecord, list[Future[bytes]]]] = []
@@ -320,7 +357,7 @@ class Verification:
         for name in sorted(files):
             record, file = files[name], self.path / name
             try:
-                data = map_file(file)
+                data = read_file(file) if keep and name in read else map_file(file)
             except FileNotFoundError:
                 self._error = _corrupt(file, "listed in the manifest but missing")
                 break

@@ -227,6 +227,14 @@ def files_to_verify(manifest: Manifest, rank: int) -> dict[str, FileRecord]:
     return {name: rec for name, rec in manifest.files.items() if name not in others}
 
 
+def kept_files(manifest: Manifest) -> set[str]:
+    """The tensor files of nested states (an optimizer's, the plain data): their reader
+    keeps the tensors, so they are read into memory rather than mapped. A flat state (a
+    model's) is copied into the model by ``load_state_dict`` and may stay mapped."""
+    return {entry["tensors"] for entry in manifest.objects.values()
+            if entry.get("tensors") and (entry.get("json") or entry.get("kind") == "data")}
+
+
 def _check_layout(path: Path, manifest: Manifest) -> None:
     if manifest.layout != "replicated":
         raise CheckpointError(
@@ -269,7 +277,7 @@ def load_checkpoint(path: str | os.PathLike[str], objects: Mapping[str, Any] | N
     verified = None
     if verify == "full":  # the objects are then read from the mappings that were checked
         verification = verified = Verification(path, files_to_verify(manifest, rank),
-                                               keep=True)
+                                               keep=True, read=kept_files(manifest))
         verification.wait()
     if prepare is not None:
         prepare(path)
