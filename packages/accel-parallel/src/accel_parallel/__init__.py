@@ -30,7 +30,7 @@ from accel_parallel.parallelism_config import (
     TorchTensorParallelPlugin,
 )
 from accel_parallel.rebind import parameter_moves, rebind_optimizer
-from accel_parallel.selection import StrategyConfig, select_strategy
+from accel_parallel.selection import StrategyConfig, select_strategy, strategy_handler_kinds
 from accel_parallel.sequence_parallel import DeepSpeedSequenceParallelConfig
 from accel_parallel.single import SingleDeviceStrategy
 from accel_parallel.strategy import NO_CONTEXT, STRATEGIES, PrepareRequest, Strategy, SupportsNoSync
@@ -46,7 +46,7 @@ __all__ = [
     "TorchContextParallelConfig", "TorchTensorParallelConfig", "TorchTensorParallelPlugin",
     "PrepareRequest", "SingleDeviceStrategy", "Strategy", "StrategyConfig", "SupportsNoSync",
     "extract_model_from_parallel", "is_sharded_model", "parameter_moves", "rebind_optimizer",
-    "select_strategy", "DeepSpeedPlugin", "DeepSpeedStrategy", "DummyOptim", "DummyScheduler",
+    "select_strategy", "strategy_handler_kinds", "DeepSpeedPlugin", "DeepSpeedStrategy", "DummyOptim", "DummyScheduler",
     "HfDeepSpeedConfig", "DeepSpeedSequenceParallelConfig", "NO_CONTEXT",
 ]
 

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from accel_precision import Precision
     from accel_state import PartialState
 
-__all__ = ["StrategyConfig", "select_strategy"]
+__all__ = ["StrategyConfig", "select_strategy", "strategy_handler_kinds"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -40,6 +40,22 @@ class StrategyConfig:
     plugins: Mapping[str, Any] = field(default_factory=dict)
     #: a strategy asked for by name; default: ``ACCEL_STRATEGY``, else chosen by data
     requested: str | None = None
+
+
+def strategy_handler_kinds() -> dict[type, str]:
+    """Handler class -> kind, for the kwargs handlers registered strategies take
+    (:attr:`Strategy.handler_kinds`); one kind claimed with two classes is refused."""
+    kinds: dict[type, str] = {}
+    owners: dict[str, tuple[str, type]] = {}
+    for name, cls in _candidates():
+        for kind, handler in getattr(cls, "handler_kinds", {}).items():
+            seen = owners.setdefault(kind, (name, handler))
+            if seen[1] is not handler:
+                raise ConfigurationError(
+                    f"Strategies {seen[0]} and {name} both take kwargs handlers of kind "
+                    f"{kind!r} ({seen[1].__name__}, {handler.__name__}): rename one kind.")
+            kinds[handler] = kind
+    return kinds
 
 
 def _candidates() -> list[tuple[str, type[Strategy]]]:

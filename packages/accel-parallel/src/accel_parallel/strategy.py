@@ -24,7 +24,7 @@ they change.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
@@ -85,8 +85,13 @@ class Strategy:
     #: :func:`~accel_parallel.select_strategy` from the configuration, None: not compiled
     dynamo_plugin: TorchDynamoPlugin | None = None
     #: Order in which :func:`~accel_parallel.select_strategy` asks strategies whether they
-    #: build from a configuration (highest first; ties by name).
+    #: build from a configuration (highest first; two that accept one are refused).
     priority: ClassVar[int] = 0
+    #: The kwargs handlers this strategy takes beyond Accelerate's, by kind:
+    #: ``Accelerator(kwargs_handlers=[handler])`` files an instance of one under its kind in
+    #: ``StrategyConfig.handlers``, so a strategy from another package is chosen and
+    #: configured through Accelerate's own argument (no facade code, no variable).
+    handler_kinds: ClassVar[Mapping[str, type]] = {}
 
     def __init__(self, state: PartialState, *, precision: Precision | None = None,
                  **options: Any) -> None:

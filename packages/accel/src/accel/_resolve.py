@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 import inspect
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from accel_parallel import (
@@ -21,6 +21,7 @@ from accel_parallel import (
     StrategyConfig,
     TorchDynamoPlugin,
     select_strategy,
+    strategy_handler_kinds,
 )
 from accel_precision import (
     AORecipeKwargs,
@@ -98,6 +99,13 @@ class Handlers:
     te_recipe: TERecipeKwargs | None = None  # FP8RecipeKwargs (deprecated) lands here too
     # -- Accelerator.profile() --
     profile: ProfileKwargs | None = None
+    # -- handlers registered strategies take (Strategy.handler_kinds), by kind --
+    strategy: dict[str, Any] = field(default_factory=dict)
+
+    def by_kind(self) -> dict[str, Any]:
+        """Every handler given, by kind (its slot's name, or its strategy's kind)."""
+        given = {slot: getattr(self, slot) for slot in _HANDLER_SLOTS.values()}
+        return {**{k: v for k, v in given.items() if v is not None}, **self.strategy}
 
 
 _HANDLER_SLOTS = {InitProcessGroupKwargs: "init_process_group",
@@ -110,10 +118,24 @@ _HANDLER_SLOTS = {InitProcessGroupKwargs: "init_process_group",
 def collect_handlers(kwargs_handlers: Iterable[Any] | None) -> Handlers:
     """Sort handlers into their slots; a duplicate or an unknown object is an error."""
     handlers = Handlers()
+    strategy_kinds: dict[type, str] | None = None
     for handler in kwargs_handlers or ():
-        slot = next((name for cls, name in _HANDLER_SLOTS.items() if isinstance(handler, cls)), None)
-        if slot is None:
-            known = ", ".join(cls.__name__ for cls in _HANDLER_SLOTS)
+        slot = next((name for cls, name in _HANDLER_SLOTS.items()
+                     if isinstance(handler, cls)), None)
+        if slot is None:  # one a registered strategy takes?
+            strategy_kinds = strategy_kinds if strategy_kinds is not None \
+                else strategy_handler_kinds()
+            kind = next((k for cls, k in strategy_kinds.items() if isinstance(handler, cls)),
+                        None)
+            if kind is not None:
+                if kind in handlers.strategy:
+                    raise ConfigurationError(
+                        f"Accelerator(kwargs_handlers=...) got more than one "
+                        f"{type(handler).__name__}; pass each kind of handler once.")
+                handlers.strategy[kind] = handler
+                continue
+            known = ", ".join([*(cls.__name__ for cls in _HANDLER_SLOTS),
+                               *(cls.__name__ for cls in strategy_kinds)])
             kind = "kwargs handler" if isinstance(handler, KwargsHandler) else "object"
             raise ConfigurationError(
                 f"Accelerator(kwargs_handlers=...) got an unsupported {kind} {handler!r}; "
@@ -186,8 +208,7 @@ def resolve_strategy(state: PartialState, precision: Precision, handlers: Handle
     """The strategy for this configuration, chosen by accel-parallel's registry (each
     strategy says from which configuration it builds itself; ``ACCEL_STRATEGY`` names one).
     The precision is handed over: the strategy decides how it applies."""
-    config = StrategyConfig(state=state, precision=precision,
-                            handlers={"ddp": handlers.ddp} if handlers.ddp else {},
+    config = StrategyConfig(state=state, precision=precision, handlers=handlers.by_kind(),
                             plugins=plugins or {})
     return select_strategy(config)
 
