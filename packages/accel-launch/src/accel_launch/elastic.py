@@ -3,20 +3,23 @@
 The agent (``torch.distributed.launcher.api.elastic_launch``, what ``torchrun`` uses) starts
 the workers, runs the rendezvous, watches them every ``monitor_interval`` seconds and, when
 one fails, stops the others — so a rank blocked in a collective whose peer died never
-leaves the launch hanging. This module adds the checks worth doing before anything starts
-(script exists, port free) and turns a worker failure into one line and an exit code.
+leaves the launch hanging. A rank that blocks while alive fails nothing, so a multi-process
+run also has :mod:`accel_launch.watchdog`, which ends a job whose ranks stop stepping. This
+module adds the checks worth doing before anything starts (script exists, port free) and
+turns a worker failure into one line and an exit code.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
-import logging
 import os
 import shutil
 import signal
 import socket
 import sys
+import tempfile
 from collections.abc import Mapping
 from typing import Any
 
@@ -24,6 +27,7 @@ from accel_state import env
 from accel_state.errors import ConfigurationError, LaunchError
 
 from accel_launch.launch_plan import HostInfo, LaunchPlan, build_launch_plan, validate_launch_args
+from accel_launch.watchdog import STALL_EXIT_CODE, Watchdog, quiet_torch_logs
 
 __all__ = [
     "check_training_script",
@@ -110,6 +114,7 @@ def probe_host(args: argparse.Namespace) -> HostInfo:
         omp_num_threads_set=env.OMP_NUM_THREADS.is_set(),
         shutdown_timeout_set=env.ELASTIC_SHUTDOWN_TIMEOUT.is_set(),
         python=sys.executable,
+        stall_timeout=env.STALL_TIMEOUT.get(),
     )
 
 
@@ -161,12 +166,6 @@ def _launch_config(plan: LaunchPlan) -> Any:
     return LaunchConfig(logs_specs=logs, **supported_config(plan.config, LaunchConfig))
 
 
-def _quiet_torch_logs() -> None:
-    for name in ("torch.distributed.elastic", "torch.distributed.launcher",
-                 "torch.distributed.run"):
-        logging.getLogger(name).setLevel(logging.ERROR)
-
-
 def run_plan(plan: LaunchPlan, *, quiet: bool = False, debug: bool = False) -> int:
     """Start the workers of ``plan``, wait for them, and return the launch's exit code."""
     from torch.distributed import DistError
@@ -176,16 +175,24 @@ def run_plan(plan: LaunchPlan, *, quiet: bool = False, debug: bool = False) -> i
     from torch.distributed.launcher.api import elastic_launch
 
     if quiet:
-        _quiet_torch_logs()
+        quiet_torch_logs()
     config = _launch_config(plan)
+    folder = tempfile.mkdtemp(prefix="accel-watchdog-") if plan.watch else None
+    dog = _watchdog(plan, folder)
+    extra = {env.WATCHDOG_DIR.name: folder} if folder else {}
     try:
-        with env.patch_environment(**plan.env):
+        with env.patch_environment(**plan.env, **extra), dog:
             elastic_launch(config, plan.entrypoint)(*plan.args)
     except ChildFailedError as exc:
         root, failure = exc.get_first_failure()
-        print(f"{_PROG}: error: {describe_failures(exc.failures, root)}", file=sys.stderr)
+        note = dog.failure_note(root) if isinstance(dog, Watchdog) else None
+        print(f"{_PROG}: error: {describe_failures(exc.failures, root)}"
+              f"{' ' + note if note else ''}", file=sys.stderr)
         return exit_code_of(failure.exitcode)
     except SignalException as exc:
+        if isinstance(dog, Watchdog) and dog.summary is not None:
+            print(f"{_PROG}: error: {dog.summary}", file=sys.stderr)
+            return STALL_EXIT_CODE
         print(f"{_PROG}: stopped by signal {exc.sigval.name}; the workers were stopped.",
               file=sys.stderr)
         return 128 + int(exc.sigval)
@@ -198,7 +205,18 @@ def run_plan(plan: LaunchPlan, *, quiet: bool = False, debug: bool = False) -> i
             f"the rendezvous at {endpoint} failed ({type(exc).__name__}: {detail}); check "
             "--main_process_ip/--main_process_port and that every machine can reach it."
         ) from exc
+    finally:
+        if folder:
+            shutil.rmtree(folder, ignore_errors=True)
     return 0
+
+
+def _watchdog(plan: LaunchPlan, folder: str | None) -> Any:
+    """The hang watchdog of a multi-process plan; a no-op context for one process."""
+    if folder is None:
+        return contextlib.nullcontext()
+    return Watchdog(folder, plan.stall_timeout, expected=int(plan.config["nproc_per_node"]),
+                    machines=int(plan.config["max_nodes"]))
 
 
 def run_launch(args: argparse.Namespace) -> int:

@@ -19,6 +19,8 @@ from typing import Any
 from accel_state import env
 from accel_state.errors import ConfigurationError
 
+from accel_launch.watchdog import DEFAULT_STALL_TIMEOUT, parse_stall_timeout
+
 __all__ = [
     "DEFAULT_SHUTDOWN_TIMEOUT",
     "HostInfo",
@@ -26,6 +28,7 @@ __all__ = [
     "build_launch_plan",
     "local_process_count",
     "parse_rdzv_conf",
+    "stall_timeout_of",
     "total_process_count",
     "validate_launch_args",
 ]
@@ -52,6 +55,8 @@ class HostInfo:
     """Whether ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT`` is set (then torch reads it itself)."""
     python: str = sys.executable
     """Interpreter the workers run under."""
+    stall_timeout: str | None = None
+    """``$ACCEL_STALL_TIMEOUT`` as set in the launcher's environment (None: unset)."""
 
 
 @dataclass(frozen=True)
@@ -72,6 +77,10 @@ class LaunchPlan:
     """``--tee`` for torch's DefaultLogsSpecs (0 none, 1 stdout, 2 stderr, 3 both)."""
     warnings: tuple[str, ...] = field(default=())
     """Things worth telling the user that are not errors."""
+    watch: bool = False
+    """Run the hang watchdog's beacons (more than one process in the job)."""
+    stall_timeout: float | None = None
+    """Seconds without a step before the watchdog ends the job (None: it only watches)."""
 
     @property
     def command(self) -> list[str]:
@@ -141,6 +150,17 @@ def validate_launch_args(args: argparse.Namespace) -> None:
                           "use 0 (none), 1 (stdout), 2 (stderr), 3 (both) or a per-rank map "
                           "like 0:3,1:1.")
     parse_rdzv_conf(args.rdzv_conf)
+    if getattr(args, "stall_timeout", None) is not None:
+        parse_stall_timeout(args.stall_timeout)
+
+
+def stall_timeout_of(args: argparse.Namespace, host: HostInfo) -> float | None:
+    """``--stall_timeout``, else ``$ACCEL_STALL_TIMEOUT``, else the default (None: off)."""
+    if getattr(args, "stall_timeout", None) is not None:
+        return parse_stall_timeout(args.stall_timeout)
+    if host.stall_timeout is not None and host.stall_timeout.strip():
+        return parse_stall_timeout(host.stall_timeout, env.STALL_TIMEOUT.name)
+    return DEFAULT_STALL_TIMEOUT
 
 
 def total_process_count(args: argparse.Namespace, host: HostInfo) -> int:
@@ -232,6 +252,8 @@ def build_launch_plan(args: argparse.Namespace, host: HostInfo, port: int,
         "shutdown_timeout": None if host.shutdown_timeout_set else DEFAULT_SHUTDOWN_TIMEOUT,
     }
     entrypoint, worker_args = _worker_command(args, host)
+    stall_timeout = stall_timeout_of(args, host)  # checked even where it is not used
+    watch = total_process_count(args, host) > 1  # one process has no peer to wait for
     return LaunchPlan(
         config=config,
         entrypoint=entrypoint,
@@ -240,5 +262,7 @@ def build_launch_plan(args: argparse.Namespace, host: HostInfo, port: int,
         log_dir=args.log_dir,
         tee=args.tee,
         warnings=_plan_warnings(args, host, nproc),
+        watch=watch,
+        stall_timeout=stall_timeout if watch else None,
     )
 

@@ -21,6 +21,7 @@ from accel_state import (
     PartialState,
 )
 from accel_state.memory import release_memory
+from accel_state.progress import attach as _attach_progress
 
 from accel import _tracking
 from accel import checkpointing as _ckpt
@@ -94,6 +95,9 @@ class Accelerator(ProcessMixin, PrecisionMixin, DataMixin, _ckpt.CheckpointingMi
         # Accelerate's parameters in Accelerate's order (positional calls mean the same)
         reject_unknown_arguments(kwargs, Accelerator.__init__)  # names the closest valid one
         refuse_megatron(megatron_lm_plugin)
+        # the launcher's hang watchdog (accel_state.progress): a step counter in shared
+        # memory and a stack dump on SIGUSR1, set up before the rendezvous can hang
+        self._progress = _attach_progress()
         #: RNGs synchronised from the main process at each epoch of the prepared loaders
         self.rng_types = list(rng_types) if rng_types is not None else None
         # data options (accel/_data.py): dataloader_config, deprecated split_batches=
@@ -254,6 +258,7 @@ class Accelerator(ProcessMixin, PrecisionMixin, DataMixin, _ckpt.CheckpointingMi
         With gradient accumulation the loss is divided by the number of accumulated batches,
         so the summed gradients are the mean over the large batch.
         """
+        self._progress[0] += 1  # a step for the launcher's watchdog: no syscall
         if kwargs.get("learning_rate") is not None and self.has_lomo_optimizer:
             return self.lomo_backward(loss, kwargs["learning_rate"])  # accel/_lomo.py
         gradient_state = self.gradient_state

@@ -71,6 +71,19 @@ DISABLE_SHARE_RDZV_TCP_STORE = _var(
     "--max_restarts N` sets it: with the shared store, restarted gloo workers read the "
     "previous attempt's addresses and fail to connect.")
 
+# --- the hang watchdog of `accel launch` (accel_state.progress, accel_launch.watchdog) ------
+STALL_TIMEOUT = _var(
+    "ACCEL_STALL_TIMEOUT", "Seconds with no step on any rank of this machine after which "
+    "`accel launch` dumps every rank's Python stack, names the rank that stopped first and "
+    "ends the job (exit code 124); `off` disables it. The clock starts at the first step (a "
+    "call of Accelerator.backward). Read by the launcher when --stall_timeout is not given; "
+    "default 1800. Multi-process launches only.")
+WATCHDOG_DIR = _var(
+    "ACCEL_WATCHDOG_DIR", "Folder where each worker of a multi-process `accel launch` keeps its "
+    "step counter (rank-N.progress, bumped in memory by Accelerator.backward) and where it "
+    "writes its Python stack on SIGUSR1 (rank-N.stack). Set by the launcher for the workers; "
+    "a process without it reports nothing.")
+
 # --- the debug / notebook launchers -------------------------------------------------------
 DEBUG_RDV_FILE = _var("ACCEL_DEBUG_RDV_FILE", "File of the FileStore rendezvous of "
                       "debug_launcher's processes.", "ACCELERATE_DEBUG_RDV_FILE")
