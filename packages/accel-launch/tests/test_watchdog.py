@@ -266,3 +266,17 @@ def test_fire_dumps_real_stacks_and_stops_the_launcher(tmp_path: Path,
     assert "in collect_stacks" in report and "in test_fire_dumps_real_stacks" in report
     assert "(no stack: the worker handles SIGUSR1 itself, or it has exited)" in report
     assert dog.summary is not None and "rank 1 (local rank 1" in dog.summary
+
+
+def test_quiet_reaches_loggers_that_carry_their_own_level() -> None:
+    import logging
+
+    from accel_launch.watchdog import quiet_torch_logs
+
+    child = logging.getLogger("torch.distributed.elastic.multiprocessing.fake_for_test")
+    child.setLevel(logging.WARNING)  # what torch's get_logger() does for each module
+    try:
+        quiet_torch_logs()
+        assert not child.isEnabledFor(logging.WARNING)
+    finally:
+        child.setLevel(logging.NOTSET)
