@@ -252,6 +252,17 @@ class Accelerator(ProcessMixin, PrecisionMixin, DataMixin, _ckpt.CheckpointingMi
                                       slice_fn_for_dispatch=slice_fn_for_dispatch)[0]
 
     # -- training ----------------------------------------------------------------------------
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickles without the watchdog's beacon (a view of shared memory): an unpickled
+        Accelerator attaches to its own process's beacon."""
+        state = self.__dict__.copy()
+        state.pop("_progress", None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._progress = _attach_progress()
+
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
         """Use instead of ``loss.backward()``; the strategy divides, scales and routes it.
 
