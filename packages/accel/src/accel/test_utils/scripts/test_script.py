@@ -20,7 +20,7 @@ def check_state(accelerator: Accelerator) -> None:
     state = accelerator.state
     assert 0 <= state.process_index < state.num_processes, state
     assert state.is_main_process == (state.process_index == 0)
-    accelerator.print(f"state: {state.num_processes} process(es), {state.distributed_type}, "
+    accelerator.print(f"state: {state.num_processes} process(es), {state.distributed_type.value}, "
                       f"device {accelerator.device}, mixed precision {accelerator.mixed_precision}")
 
 
