@@ -36,7 +36,7 @@ from accel_parallel.single import SingleDeviceStrategy
 from accel_parallel.strategy import NO_CONTEXT, STRATEGIES, PrepareRequest, Strategy, SupportsNoSync
 from accel_parallel.unwrap import extract_model_from_parallel, is_sharded_model
 
-__version__ = "0.3.2"
+__version__ = "0.3.3"
 
 __all__ = [
     "DDPCommunicationHookType", "DDPStrategy", "DynamoBackend", "TorchDynamoPlugin",

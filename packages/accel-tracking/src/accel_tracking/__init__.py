@@ -28,7 +28,7 @@ from accel_tracking.trackers.services import (
 from accel_tracking.trackers.tensorboard import TensorBoardTracker
 from accel_tracking.trackers.wandb import WandBTracker
 
-__version__ = "0.1.2"
+__version__ = "0.1.3"
 
 __all__ = [
     "GeneralTracker", "on_main_process", "TrackerGroup", "TrackerFailureWarning",
