@@ -29,8 +29,6 @@ _CLI = ("a step inside an Accelerate CLI verb (estimate-memory's table and Hub l
         "launch's help grouping); accel's verbs do these their own way")
 _TO_FSDP2 = ("Accelerate's FSDP1->FSDP2 key tables; accel_launch.to_fsdp2 converts with its "
              "own (convert_config_to_fsdp2 is mirrored)")
-_TEST_UTILS = ("Accelerate's own test-suite helpers (require_* decorators, regression "
-               "models); accel's tests use pytest markers - not built yet")
 _INTERNAL = "a private helper inside an Accelerate function; accel's version has its own"
 #: "module" or "module:name" -> why accel does not have it. Keep it short; it only shrinks.
 KNOWN_MISSING: dict[str, str] = {
@@ -44,10 +42,6 @@ KNOWN_MISSING: dict[str, str] = {
     **{f"accelerate.commands.to_fsdp2:{n}": _TO_FSDP2 for n in (
         "ARGUMENT_KEY_MAPPING", "ARGUMENT_VALUE_MAPPING", "ConversionStatus", "load_config")},
     "accelerate.commands.config.config_utils:BulletMenu": _MENU,
-    **{f"accelerate.commands.test:{n}": "from accelerate.test_utils (see below)" for n in (
-        "execute_subprocess_async", "path_in_accelerate_package")},
-    **{f"accelerate.test_utils{m}": _TEST_UTILS for m in (
-        "", ".examples", ".testing", ".training")},
     "accelerate:rich": ("bound only when rich is installed (rich tracebacks): accel has no "
                         "rich-traceback module"),
     "accelerate.optimizer:patch_optimizer_step": _INTERNAL,

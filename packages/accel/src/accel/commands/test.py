@@ -25,6 +25,17 @@ def test_command_parser(subparsers: Any = None) -> argparse.ArgumentParser:
     return verb_parser(test_command_register, "test", subparsers)
 
 
+#: Accelerate's module imports these from test_utils; loaded on first use, so `accel test`
+#: (and ``import accel.commands.test``) does not import unittest and the decorators.
+_FROM_TEST_UTILS = ("execute_subprocess_async", "path_in_accelerate_package")
 # Accelerate's incidental names (helpers its module happened to import), on first use
-__getattr__ = forward_to(__name__, "accel.utils", "accel.commands.config.config_args",
-                         "accel.big_modeling")
+_forward = forward_to(__name__, "accel.utils", "accel.commands.config.config_args",
+                      "accel.big_modeling")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _FROM_TEST_UTILS:
+        from accel.test_utils import testing
+
+        return getattr(testing, name)
+    return _forward(name)
