@@ -31,7 +31,7 @@ def draw_seed() -> int:
 def encode_draw(draw: Any) -> Any:
     """A ``ReplayableRandomSampler.pass_state`` as JSON data (a generator state: base64)."""
     if isinstance(draw, torch.Tensor):
-        return base64.b64encode(draw.numpy().tobytes()).decode("ascii")
+        return base64.b64encode(bytes(draw.contiguous().tolist())).decode("ascii")
     return int(draw)
 
 

@@ -62,7 +62,7 @@ class Indices(Dataset):
 
 
 def _digest(state: torch.Tensor) -> str:
-    return hashlib.sha1(state.numpy().tobytes()).hexdigest()[:12]
+    return hashlib.sha1(bytes(state.contiguous().tolist())).hexdigest()[:12]
 
 
 def _rng(generator: torch.Generator | None) -> dict[str, str]:
