@@ -106,7 +106,8 @@ def test_folders_held_by_a_live_save_or_too_young_are_left_alone(tmp_path):
     held = root / "checkpoint_7.tmp-0123456789ab"  # another job's save, still writing
     young = root / "checkpoint_8.tmp-0123456789ac"  # just created, not locked yet
     stale = root / "checkpoint_9.tmp-0123456789ad"
-    for folder in (held, young, stale):
+    users = root / "results.tmp-mine"  # named like ours, but not by accel: never touched
+    for folder in (held, young, stale, users):
         folder.mkdir()
         (folder / "model.safetensors").write_bytes(b"x")
     holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
@@ -119,7 +120,7 @@ def test_folders_held_by_a_live_save_or_too_young_are_left_alone(tmp_path):
     try:
         assert holder.stdout.readline().strip() == "held"
         past = time.time() - GRACE_S - 5
-        for folder in (held, stale):
+        for folder in (held, stale, users):
             os.utime(folder, (past, past))
         assert clean_leftovers(root) == [stale]
         assert held.exists() and young.exists() and not stale.exists()
@@ -131,6 +132,7 @@ def test_folders_held_by_a_live_save_or_too_young_are_left_alone(tmp_path):
         holder.kill()
         holder.wait()
     assert sorted(clean_leftovers(root)) == [held, young]  # once their holders are gone
+    assert users.exists()
 
 
 def test_a_parked_copy_whose_checkpoint_exists_again_is_removed(tmp_path):

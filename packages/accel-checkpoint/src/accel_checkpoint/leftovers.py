@@ -14,7 +14,8 @@ parent folder:
   under its name when it does not (the save was killed between its two renames);
 - a rotation's folder nobody holds is removed (the rotation is finished).
 
-Each removal or restore is logged (``accel_checkpoint`` logger, warning level). Folders
+Only folders named as accel names them (``<name><infix><12 hex digits>``) are considered:
+a user's ``results.tmp-old`` is never touched. Each removal or restore is logged (``accel_checkpoint`` logger, warning level). Folders
 younger than ``GRACE_S`` are left alone: a save creates its folder and locks it a moment
 later. File systems without ``flock`` (some network mounts) are never cleaned: nothing is
 removed that cannot be proven unheld.
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import threading
 import time
@@ -43,6 +45,10 @@ __all__ = ["claim", "release", "trash", "clean_leftovers", "GRACE_S"]
 GRACE_S = 10.0
 _log = logging.getLogger("accel_checkpoint")
 _HELD: dict[str, int] = {}
+#: What accel names its working folders: ``<name><infix><12 hex digits>`` (a uuid4's start);
+#: anything else is a user's, however it is named, and never touched.
+_INFIXES = "|".join(re.escape(infix) for infix in (TMP_INFIX, OLD_INFIX, TRASH_INFIX))
+_LEFTOVER = re.compile(rf".+(?:{_INFIXES})[0-9a-f]{{12}}")
 _HELD_LOCK = threading.Lock()
 
 
@@ -111,7 +117,7 @@ def clean_leftovers(parent: Path) -> list[Path]:
         return done
     for child in children:
         name = child.name
-        if not any(infix in name for infix in (TMP_INFIX, OLD_INFIX, TRASH_INFIX)):
+        if not _LEFTOVER.fullmatch(name):
             continue
         if not _unheld(child):
             continue
