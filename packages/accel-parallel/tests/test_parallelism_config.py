@@ -31,7 +31,8 @@ def _no_parallelism_env(monkeypatch):
 
 def test_defaults_are_ones_and_sizes_come_from_the_environment(monkeypatch):
     config = ParallelismConfig()
-    assert config.sizes == {"dp_replicate": 1, "dp_shard": 1, "cp": 1, "sp": 1, "tp": 1}
+    assert config.sizes == {"pp": 1, "dp_replicate": 1, "dp_shard": 1, "cp": 1, "sp": 1,
+                            "tp": 1}
     assert (config.cp_backend, config.sp_backend, config.tp_handler) == ("torch", "deepspeed",
                                                                           None)
     monkeypatch.setenv("PARALLELISM_CONFIG_TP_SIZE", "2")

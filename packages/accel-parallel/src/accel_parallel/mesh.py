@@ -2,7 +2,7 @@
 
 Built once per strategy from the resolved sizes (a ``ParallelismConfig``, or the one an
 FSDP plugin implies): dimensions in Accelerate's order ``dp_replicate``, ``dp_shard``,
-``cp``, ``sp``, ``tp`` (only those of size > 1, plus any the strategy must keep at size 1),
+``cp``, ``sp``, ``tp`` after the outermost ``pp`` (pipeline stages; only those of size > 1, plus any the strategy must keep at size 1),
 and the flattened submeshes ``dp`` (every data-parallel dimension: the ranks that read
 different batches), ``dp_shard_cp`` (what FSDP2 shards over) and ``dp_cp`` (what the loss
 is averaged over). ``tp`` is last, so a tensor-parallel group is consecutive ranks (one
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 __all__ = ["MESH_ORDER", "FLATTENED", "BuiltMesh", "build_mesh"]
 
 #: The order of the mesh's dimensions (outermost first).
-MESH_ORDER = ("dp_replicate", "dp_shard", "cp", "sp", "tp")
+MESH_ORDER = ("pp", "dp_replicate", "dp_shard", "cp", "sp", "tp")
 #: Flattened submeshes: name -> the dimensions folded into it.
 FLATTENED = {"dp": ("dp_replicate", "dp_shard"), "dp_shard_cp": ("dp_shard", "cp", "sp"),
              "dp_cp": ("dp_replicate", "dp_shard", "cp", "sp")}

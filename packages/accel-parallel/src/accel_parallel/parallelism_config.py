@@ -20,6 +20,7 @@ from accel_state import ConfigurationError
 from accel_state import env as _env
 
 from accel_parallel.mesh import MESH_ORDER, BuiltMesh, build_mesh
+from accel_parallel.pipeline.config import PipelineParallelConfig
 from accel_parallel.sequence_parallel import DeepSpeedSequenceParallelConfig
 
 __all__ = ["ParallelismConfig", "TorchTensorParallelConfig", "TorchContextParallelConfig",
@@ -27,7 +28,7 @@ __all__ = ["ParallelismConfig", "TorchTensorParallelConfig", "TorchContextParall
 
 CP_COMM_STRATEGIES = ("allgather", "alltoall")
 _CP_BACKENDS = ("torch",)
-_SP_BACKENDS = ("deepspeed", "accelerate")
+_SP_BACKENDS = ("deepspeed", "torch", "accelerate")
 
 
 @dataclass(kw_only=True)
@@ -106,23 +107,30 @@ class ParallelismConfig:
     cp_backend: str | None = None
     """Context-parallel implementation: ``torch`` (env ..._CP_BACKEND; the only one)."""
     sp_size: int | None = None
-    """Ulysses sequence-parallel degree (env ..._SP_SIZE): accepted, but training refuses
-    values above 1 (accel_parallel.sequence_parallel says what is missing)."""
+    """Ulysses sequence-parallel degree (env ..._SP_SIZE, default 1): each sequence is split
+    over this many processes, which read the same batches (accel_parallel.ulysses)."""
     sp_backend: str | None = None
-    """Ulysses backend, ``deepspeed`` (default) or ``accelerate`` (env ..._SP_BACKEND)."""
+    """Ulysses backend (env ..._SP_BACKEND): ``deepspeed`` (Accelerate's name, the default),
+    ``torch`` or ``accelerate`` all run accel's torch-native Ulysses, without DeepSpeed."""
     tp_handler: TorchTensorParallelConfig | None = None
     """Tensor-parallel options (and plan); default one when ``tp_size > 1``."""
     cp_handler: TorchContextParallelConfig | None = None
     """Context-parallel options; default one when ``cp_size > 1``."""
+    pp_size: int | None = None
+    """Pipeline-parallel degree: stages over the outermost ``pp`` dimension (env
+    PARALLELISM_CONFIG_PP_SIZE, default 1; :mod:`accel_parallel.pipeline`)."""
+    pp_handler: PipelineParallelConfig | None = None
+    """Pipeline options (schedule, micro-batches, split, loss); default one when
+    ``pp_size > 1``."""
     sp_handler: DeepSpeedSequenceParallelConfig | None = None
     """Ulysses options; default one (from the PARALLELISM_CONFIG_SP_* variables) when
-    ``sp_size > 1`` with the ``deepspeed`` backend."""
+    ``sp_size > 1``."""
     device_mesh: Any = field(default=None, init=False, repr=False, compare=False)
     """The mesh built by :meth:`get_device_mesh` (None before)."""
     _built: BuiltMesh | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        for name in ("dp_replicate", "dp_shard", "tp", "cp", "sp"):
+        for name in ("dp_replicate", "dp_shard", "tp", "cp", "sp", "pp"):
             var = getattr(_env, f"PARALLELISM_CONFIG_{name.upper()}_SIZE")
             setattr(self, f"{name}_size", _size(getattr(self, f"{name}_size"), f"{name}_size",
                                                 var))
@@ -137,7 +145,10 @@ class ParallelismConfig:
         self._check_handler("tp_handler", TorchTensorParallelConfig)
         self._check_handler("cp_handler", TorchContextParallelConfig)
         self._check_handler("sp_handler", DeepSpeedSequenceParallelConfig)
-        if self.sp_size > 1 and self.sp_handler is None and self.sp_backend == "deepspeed":
+        self._check_handler("pp_handler", PipelineParallelConfig)
+        if self.pp_size > 1 and self.pp_handler is None:
+            self.pp_handler = PipelineParallelConfig()
+        if self.sp_size > 1 and self.sp_handler is None:
             self.sp_handler = DeepSpeedSequenceParallelConfig()
         if self.sp_size > 1 and self.sp_handler is not None:
             self.sp_handler.check_sp_size(self.sp_size)
@@ -164,8 +175,8 @@ class ParallelismConfig:
     # -- sizes -------------------------------------------------------------------------------
     @property
     def sizes(self) -> dict[str, int]:
-        """Every dimension's size, in the mesh's order (``dp_replicate``, ``dp_shard``,
-        ``cp``, ``sp``, ``tp``)."""
+        """Every dimension's size, in the mesh's order (``pp``, ``dp_replicate``,
+        ``dp_shard``, ``cp``, ``sp``, ``tp``)."""
         return {name: getattr(self, f"{name}_size") for name in MESH_ORDER}
 
     @property
@@ -207,14 +218,19 @@ class ParallelismConfig:
         return self.sp_size > 1
 
     @property
+    def pp_enabled(self) -> bool:
+        return self.pp_size > 1
+
+    @property
     def dp_enabled(self) -> bool:
         """Whether batches differ between processes (any data-parallel dimension > 1)."""
         return self.data_parallel_size > 1
 
     @property
     def fsdp_enabled(self) -> bool:
-        """Whether parameters are sharded with FSDP2 (``dp_shard`` or ``cp`` > 1)."""
-        return self.dp_shard_enabled or self.cp_enabled
+        """Whether parameters are sharded with FSDP2 (``dp_shard``, ``cp`` or ``sp`` > 1: the
+        ranks that split one sequence shard its model, and so average its gradients)."""
+        return self.dp_shard_enabled or self.cp_enabled or self.sp_enabled
 
     def _enabled(self, names: tuple[str, ...]) -> list[str]:
         return [n for n in names if getattr(self, f"{n}_size") > 1]
@@ -307,7 +323,7 @@ class ParallelismConfig:
         return data
 
     def _warn_unused_handlers(self) -> None:
-        for name in ("tp", "cp", "sp"):
+        for name in ("tp", "cp", "sp", "pp"):
             if getattr(self, f"{name}_size") == 1 and getattr(self, f"{name}_handler") is not None:
                 warnings.warn(f"ParallelismConfig.{name}_handler is set but {name}_size is 1: "
                               "the handler is ignored.", UserWarning, stacklevel=3)

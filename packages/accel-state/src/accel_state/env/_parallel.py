@@ -77,6 +77,18 @@ PARALLELISM_CONFIG_CP_BACKEND = _var(
 PARALLELISM_CONFIG_CP_COMM_STRATEGY = _var(
     "ACCEL_PARALLELISM_CONFIG_CP_COMM_STRATEGY", "How context-parallel attention exchanges keys "
     "and values: allgather (default) or alltoall.", "PARALLELISM_CONFIG_CP_COMM_STRATEGY")
+PARALLELISM_CONFIG_PP_SIZE = _var(
+    "ACCEL_PARALLELISM_CONFIG_PP_SIZE", "Pipeline-parallel degree: stages over the outermost 'pp' "
+    "mesh dimension (torch.distributed.pipelining); default 1.", "PARALLELISM_CONFIG_PP_SIZE")
+PARALLELISM_CONFIG_PP_SCHEDULE = _var(
+    "ACCEL_PARALLELISM_CONFIG_PP_SCHEDULE", "Pipeline schedule: gpipe, 1f1b (default) or "
+    "interleaved_1f1b.", "PARALLELISM_CONFIG_PP_SCHEDULE")
+PARALLELISM_CONFIG_PP_NUM_MICROBATCHES = _var(
+    "ACCEL_PARALLELISM_CONFIG_PP_NUM_MICROBATCHES", "Micro-batches each batch is cut into for "
+    "the pipeline; default one per stage.", "PARALLELISM_CONFIG_PP_NUM_MICROBATCHES")
+PARALLELISM_CONFIG_PP_STAGES_PER_RANK = _var(
+    "ACCEL_PARALLELISM_CONFIG_PP_STAGES_PER_RANK", "Pipeline stages each rank holds (interleaved "
+    "1F1B; default 2 there, else 1).", "PARALLELISM_CONFIG_PP_STAGES_PER_RANK")
 PARALLELISM_CONFIG_SP_SIZE = _var(
     "ACCEL_PARALLELISM_CONFIG_SP_SIZE", "Ulysses sequence-parallel degree (Accelerate's sp_size); "
     "default 1. accel refuses values above 1: use tp_size with sequence_parallel, or cp_size.",
