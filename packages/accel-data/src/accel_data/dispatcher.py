@@ -180,27 +180,40 @@ class DataLoaderDispatcher(DataLoaderShard):
                 f"len() of this dispatched DataLoader is unknown: its dataset "
                 f"{type(self.dataset).__name__} has no __len__. Give it a __len__, or count "
                 "steps yourself (e.g. max_steps) instead of len(dataloader).") from error
-        steps, short = self._steps_per_epoch(base)
+        start = self._pending_start()  # a mid-round resume: see accel_data.reshard
+        steps, short = self._steps_per_epoch(max(base - start, 0))
         return max(steps - short - self._pending_skip(), 0)
 
     # -- rank 0: reading -----------------------------------------------------------------------
     def _open_base(self, skip: int) -> tuple[Iterator[Any], int]:
-        """Rank 0's iterator and how many global batches to read and drop after the first.
+        """Rank 0's batches and how many global batches to read and drop first (the
+        first global batch is always read: it is the padding source of the epoch's end).
 
-        Map-style loaders skip on indices (the first global batch is still read: it is
-        the padding source of the epoch's end).
+        A resumed pass continues after ``skip`` steps plus the pending start (batches of a
+        mid-round position saved by another number of processes). Map-style loaders skip
+        on indices; iterable datasets read the skipped batches.
         """
         per_step = 1 if self.split_batches else self.num_processes
-        if skip <= 1 or isinstance(self.dataset, IterableDataset):
-            return super(DataLoaderShard, self).__iter__(), skip
-        base = self.batch_sampler if self._auto_collation else self.sampler
-        self.__dict__["_skip_sampler"] = SkipBatchSampler(base, (skip - 1) * per_step, per_step)
-        try:
-            iterator = super(DataLoaderShard, self).__iter__()
-        finally:
-            del self.__dict__["_skip_sampler"]
-        iterator._index_sampler = base
-        return iterator, 1
+        consumed = self._pending_start() + skip * per_step
+        if not consumed:
+            return super(DataLoaderShard, self).__iter__(), 0
+        if consumed > per_step and not isinstance(self.dataset, IterableDataset):
+            base = self.batch_sampler if self._auto_collation else self.sampler
+            self.__dict__["_skip_sampler"] = SkipBatchSampler(base, consumed - per_step,
+                                                              per_step)
+            try:
+                iterator = super(DataLoaderShard, self).__iter__()
+            finally:
+                del self.__dict__["_skip_sampler"]
+            iterator._index_sampler = base
+            return iterator, 1
+        batches = super(DataLoaderShard, self).__iter__()
+        head = list(itertools.islice(batches, per_step))
+        if consumed < per_step:  # the rest of the first round: already read as the head
+            return itertools.chain(head, head[consumed:], batches), 1
+        for _ in itertools.islice(batches, consumed - per_step):
+            pass  # read and dropped
+        return itertools.chain(head, batches), 1
 
     def _global_batches(self, iterator: Iterator[Any]) -> Iterator[list[Any]]:
         """Rank 0: each step's parts, one per rank (``None`` where the data ran out)."""

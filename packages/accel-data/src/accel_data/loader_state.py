@@ -11,6 +11,7 @@ from typing import Any
 from accel_state.errors import ConfigurationError
 from accel_state.state import GradientState
 
+from accel_data.reshard import dealing, placement
 from accel_data.samplers import decode_draw, encode_draw, get_sampler
 
 __all__ = ["DataLoaderStateMixin"]
@@ -36,6 +37,9 @@ class DataLoaderStateMixin:
     iteration: int = 0  # epoch of the next pass; advanced after each complete pass
     _yielded: int = 0  # batches of epoch `iteration` handed out (skipped ones included)
     _skip_plan: tuple[int, int] | None = None  # (epoch, batches) to skip in that epoch only
+    # (epoch, user batches) the shard leaves out before dealing that epoch: a position saved
+    # by another number of processes that is not a whole number of this world's rounds
+    _start_plan: tuple[int, int] | None = None
     _resumed = False  # the next pass continues one that load_state_dict() restored
     # Set when a pass hands out its last batch: the epoch is done even if the pass is then
     # abandoned (``break`` on the last batch) or never resumed. Identifies that pass.
@@ -81,6 +85,17 @@ class DataLoaderStateMixin:
         plan = self._skip_plan
         return plan[1] if plan is not None and plan[0] == self.iteration else 0
 
+    def _pending_start(self) -> int:
+        """User batches the shard leaves out first in this epoch (see ``accel_data.reshard``)."""
+        plan = self._start_plan
+        return plan[1] if plan is not None and plan[0] == self.iteration else 0
+
+    def _sync_start(self) -> None:
+        """Give the shard the start of the coming pass (0 unless it resumes mid-round)."""
+        target = dealing(self).start_target
+        if target is not None and target is not self:
+            target.start = self._pending_start()
+
     def set_skip_batches(self, num_batches: int) -> None:
         """Make the next pass of the current epoch start after ``num_batches`` batches."""
         if isinstance(num_batches, bool) or not isinstance(num_batches, int) or num_batches < 0:
@@ -93,26 +108,34 @@ class DataLoaderStateMixin:
         """The position as plain data: ``epoch``, ``batches_yielded``, ``sampler_seed`` (a
         seedable sampler's) and, over torch's shuffling sampler, ``sampler_draw``: what the
         current pass's permutation was drawn from (a seed, or a generator state), or at an
-        epoch boundary the state of the generator the next pass draws from.
+        epoch boundary the state of the generator the next pass draws from. Mid-epoch also
+        ``num_processes`` (what the batches are dealt over) and ``source_batches``: the
+        batches of the user's DataLoader all processes together have consumed, which a
+        loader of another world size continues after (``accel_data.reshard``).
 
         Taken mid-pass it is the batches handed out so far; taken on the last batch (or
         after it) it is the start of the next epoch.
         """
-        epoch, done = self.iteration, self._yielded
+        epoch, done, start = self.iteration, self._yielded, self._pending_start()
+        deal = dealing(self)
         sampler = get_sampler(self)  # type: ignore[arg-type]
-        draw = getattr(sampler, "pass_state", None)
-        if self._skip_plan is not None and self._skip_plan[0] == epoch and not done:
-            done = self._skip_plan[1]  # loaded but not iterated yet
-            draw = getattr(sampler, "_replay", None)
+        # a pass loaded but not iterated yet will redraw `_replay`; a started one drew it
+        draw = getattr(sampler, "_replay", None)
+        draw = draw if draw is not None else getattr(sampler, "pass_state", None)
+        if not done:
+            done = self._pending_skip()  # loaded but not iterated yet (else 0)
         if self._pending_finish is not None:  # the last batch is out: the epoch is done
-            epoch, done = epoch + 1, 0
+            epoch, done, start = epoch + 1, 0, 0
+        consumed = start + done * deal.per_step
         state: dict[str, Any] = {"epoch": epoch, "batches_yielded": done}
+        if consumed:  # mid-epoch: where another world size continues
+            state.update(num_processes=deal.world, source_batches=consumed)
         seed = getattr(sampler, "initial_seed", None)
         if isinstance(seed, int):
             state["sampler_seed"] = seed
-        if done and draw is not None:
+        if consumed and draw is not None:
             state["sampler_draw"] = encode_draw(draw)
-        elif not done and hasattr(sampler, "replay") and sampler.generator is not None:
+        elif not consumed and hasattr(sampler, "replay") and sampler.generator is not None:
             # the next pass draws from this generator as it is now (the global RNG, the
             # other source, is the checkpoint's to restore)
             state["sampler_draw"] = encode_draw(sampler.generator.get_state())
@@ -120,26 +143,41 @@ class DataLoaderStateMixin:
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Continue from ``state_dict``: the next pass resumes that epoch where it stopped."""
-        try:
-            epoch, done = int(state_dict["epoch"]), int(state_dict["batches_yielded"])
-        except (KeyError, TypeError, ValueError) as error:
-            raise ConfigurationError(
-                f"Not a dataloader state: {state_dict!r} lacks an int 'epoch' and "
-                "'batches_yielded'; pass what this loader's state_dict() returned.") from error
+        epoch, done, start, mid = self._checked_position(state_dict)
+        self._start_plan = (epoch, start) if start else None
         self.set_epoch(epoch)  # type: ignore[attr-defined]
         self._yielded = 0
         self._skip_plan = (epoch, done) if done else None
-        self._resumed = bool(done)  # that pass drew its random numbers before the checkpoint
+        self._resumed = mid  # that pass drew its random numbers before the checkpoint
         seed = state_dict.get("sampler_seed")
         sampler = get_sampler(self)  # type: ignore[arg-type]
         if seed is not None and hasattr(sampler, "initial_seed"):
             sampler.initial_seed = int(seed)
         draw = state_dict.get("sampler_draw")
         if draw is not None and hasattr(sampler, "replay"):
-            if done:
+            if mid:
                 sampler.replay(decode_draw(draw))
             elif sampler.generator is not None:
                 sampler.generator.set_state(decode_draw(draw))
+
+    def _checked_position(self, state_dict: dict[str, Any]) -> tuple[int, int, int, bool]:
+        """``(epoch, batches to skip, user batches the shard leaves out first, whether it
+        is mid-epoch)`` of a saved state on this loader's world (the same world: the saved
+        count; another: see ``accel_data.reshard``). Reads and checks only."""
+        try:
+            epoch, done = int(state_dict["epoch"]), int(state_dict["batches_yielded"])
+            consumed = state_dict.get("source_batches")
+            consumed = None if consumed is None else int(consumed)
+            world = state_dict.get("num_processes")
+            world = None if world is None else int(world)
+        except (KeyError, TypeError, ValueError) as error:
+            raise ConfigurationError(
+                f"Not a dataloader state: {state_dict!r} lacks an int 'epoch' and "
+                "'batches_yielded'; pass what this loader's state_dict() returned.") from error
+        if consumed is None:  # saved by accel-data <= 0.2.0 (or at an epoch start)
+            return epoch, done, 0, bool(done)
+        skip, start = placement(self, consumed, world, epoch)
+        return epoch, skip, start, consumed > 0
 
     def _hand_out_last(self) -> object:
         """The last batch of this pass is about to be yielded: from now on the epoch is done."""
@@ -193,6 +231,8 @@ class DataLoaderStateMixin:
         self.iteration += int(advance)
         self._yielded = 0
         self._skip_plan = None
+        self._start_plan = None
+        self._sync_start()
         origin = getattr(self, "_origin", None)
         if origin is not None:  # a skip_first_batches copy finished the origin's epoch
             origin.iteration, origin._yielded = self.iteration, 0

@@ -179,6 +179,7 @@ class DataLoaderShard(DataLoaderStateMixin, DataLoader):
             if hasattr(obj, "set_epoch") and not any(obj is seen for seen in done):
                 obj.set_epoch(epoch)
                 done.append(obj)
+        self._sync_start()
 
     def _open(self, skip: int) -> tuple[Iterator[Any], int]:
         """The torch iterator of this pass, and how many batches it still has to skip.

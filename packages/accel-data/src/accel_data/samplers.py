@@ -111,11 +111,17 @@ class ReplayableRandomSampler(RandomSampler):
     def __iter__(self) -> Iterator[int]:
         replay, self._replay = self._replay, None
         view = copy.copy(self)
-        if self.generator is None:
-            seed = draw_seed() if replay is None else int(replay)
-            self.pass_state = seed
+        if replay is None and self.generator is None:
+            replay = draw_seed()
+        if isinstance(replay, int):
+            self.pass_state = replay
             view.generator = torch.Generator()
-            view.generator.manual_seed(seed)
+            view.generator.manual_seed(replay)
+        elif self.generator is None:  # a pass drawn by a sampler that had a generator (a
+            # state saved by several processes, resumed by one): redraw it on a copy
+            self.pass_state = replay
+            view.generator = torch.Generator()
+            view.generator.set_state(replay)
         else:
             if replay is not None:
                 self.generator.set_state(replay)

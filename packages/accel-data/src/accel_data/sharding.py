@@ -9,6 +9,7 @@ same shape. Those duplicates are deterministic, so ``gather_for_metrics`` can dr
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
@@ -109,6 +110,7 @@ class BatchSamplerShard(BatchSampler):
         total = self.total_length
         if self.split_batches:
             return self._split_len(total)
+        total = max(total - self.start, 0)
         rounds, rest = divmod(total, self.num_processes)
         if rest == 0 or self.drop_last:
             return rounds
@@ -135,6 +137,11 @@ class BatchSamplerShard(BatchSampler):
     # Real samples in the last global batch of the latest pass when it was padded, else 0:
     # what ``gather_for_metrics`` keeps of that batch. Set as the pass ends.
     padded_real: int = 0
+    #: Batches of the wrapped sampler that the next passes leave out before dealing the rest
+    #: round-robin (``split_batches=False`` only). A prepared loader sets it for the one pass
+    #: that resumes a position saved by another number of processes, when that position is
+    #: not a whole number of this world's rounds. Padding still comes from the epoch's start.
+    start: int = 0
 
     def __iter__(self) -> Iterator[list[int]]:
         self.padded_real = 0
@@ -155,7 +162,7 @@ class BatchSamplerShard(BatchSampler):
         head: list[list[int]] = []  # the epoch's first batches, the wrap-around source
         last_round: list[list[int]] = []
         count = 0
-        for count, batch in enumerate(self.batch_sampler, start=1):
+        for count, batch in enumerate(self._after_start(head, None), start=1):
             if len(head) < num:
                 head.append(batch)
             position = (count - 1) % num
@@ -175,6 +182,9 @@ class BatchSamplerShard(BatchSampler):
         """
         num, rank, size = self.num_processes, self.process_index, self.batch_size or 0
         indices = list(self.batch_sampler.sampler)  # type: ignore[attr-defined]
+        head = indices[:num * size]  # the wrap-around source: the epoch's first samples
+        if self.start:
+            indices = indices[self.start * size:]
         total = len(indices)
         batches = total // size if self.drop_last else -(-total // size)
         if batches == 0:
@@ -192,8 +202,7 @@ class BatchSamplerShard(BatchSampler):
             if mine is not None:
                 yield mine
             return
-        yield from self._padded_round(batches, indices[(batches - 1) * size:], mine,
-                                      indices[:num * size])
+        yield from self._padded_round(batches, indices[(batches - 1) * size:], mine, head)
 
     def _iter_strided_batches(self) -> Iterator[list[int]]:
         num, rank = self.num_processes, self.process_index
@@ -204,7 +213,8 @@ class BatchSamplerShard(BatchSampler):
         deferred = False  # a round ended on a short batch: pad it if no batch follows
         count = 0
         batch: Any = None
-        for count, batch in enumerate(self.batch_sampler, start=1):
+        for count, batch in enumerate(self._after_start(head if pad else None, num * size),
+                                      start=1):
             if deferred:
                 yield mine
                 mine, deferred = None, False
@@ -228,6 +238,20 @@ class BatchSamplerShard(BatchSampler):
                 yield mine
             return
         yield from self._padded_round(count, batch, mine, head)
+
+    def _after_start(self, head: list[Any] | None, wanted: int | None) -> Iterator[Any]:
+        """The wrapped sampler's batches after the first ``start``; those left out still
+        feed ``head`` (the epoch's first samples, or with ``wanted=None`` its first
+        ``num_processes`` batches), the padding source of the epoch's end."""
+        batches = iter(self.batch_sampler)
+        for batch in itertools.islice(batches, self.start):  # nothing when start is 0
+            if head is None:
+                continue
+            if wanted is None and len(head) < self.num_processes:
+                head.append(batch)
+            elif wanted is not None and len(head) < wanted:
+                head.extend(batch)
+        return batches
 
     def _padded_round(self, count: int, last: list[int], mine: Any,
                       head: list[int]) -> Iterator[list[int]]:
@@ -299,6 +323,9 @@ class IterableDatasetShard(IterableDataset):
         self.even_batches = bool(even_batches)
         self.epoch = 0
         self.padded_real = 0  # as BatchSamplerShard.padded_real (0: last round was full)
+        # As BatchSamplerShard.start, counted in batches of the loader's batch size: items of
+        # that many batches are read and left out before the rounds are dealt.
+        self.start = 0
 
     def set_epoch(self, epoch: int) -> None:
         """Record the epoch and forward it to the dataset when it reshuffles per epoch."""
@@ -322,12 +349,15 @@ class IterableDatasetShard(IterableDataset):
         return len(self.dataset)  # type: ignore[arg-type]
 
     def __len__(self) -> int:
+        total = self.total_length
+        if self.start and not self.split_batches:
+            total = max(total - self.start * self.process_batch_size, 0)
         if not self.even_batches and not self.drop_last:
-            full, rest = divmod(self.total_length, self.total_batch_size)
+            full, rest = divmod(total, self.total_batch_size)
             lo = self.process_index * self.process_batch_size
             return full * self.process_batch_size + max(0, min(self.process_batch_size,
                                                                 rest - lo))
-        rounds = self.total_length / self.total_batch_size
+        rounds = total / self.total_batch_size
         rounds = math.floor(rounds) if self.drop_last else math.ceil(rounds)
         return rounds * self.process_batch_size
 
@@ -341,7 +371,10 @@ class IterableDatasetShard(IterableDataset):
         head: list[Any] | None = None
         buffer: list[Any] = []
         self.padded_real = 0
-        for item in self.dataset:
+        items: Iterable[Any] = self.dataset
+        if self.start and not self.split_batches:
+            items, head = self._after_start(round_size)
+        for item in items:
             buffer.append(item)
             if len(buffer) == round_size:
                 yield from buffer[lo:hi]
@@ -351,8 +384,16 @@ class IterableDatasetShard(IterableDataset):
         if buffer and not self.drop_last and not self.even_batches:
             yield from buffer[lo:hi]
         elif buffer and not self.drop_last:
-            if head is None:
+            if not head:
                 head = list(buffer)
             self.padded_real = len(buffer)
             buffer.extend(_wrap(head, 0, round_size - len(buffer)))
             yield from buffer[lo:hi]
+
+    def _after_start(self, round_size: int) -> tuple[Iterator[Any], list[Any]]:
+        """The dataset's items after the first ``start`` batches, and the epoch's first
+        ``round_size`` items (the padding source, read whether left out or not)."""
+        items = iter(self.dataset)
+        left_out = self.start * self.process_batch_size
+        prefix = list(itertools.islice(items, max(left_out, round_size)))
+        return itertools.chain(prefix[left_out:], items), prefix[:round_size]

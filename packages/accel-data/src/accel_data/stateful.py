@@ -20,7 +20,8 @@ __all__ = ["stateful_class"]
 
 _CLASSES: dict[type, type] = {}
 #: accel-data's own keys in a stateful loader's state (the rest is torchdata's)
-_OURS = frozenset({"epoch", "batches_yielded", "sampler_seed", "sampler_draw", "dataloader"})
+_OURS = frozenset({"epoch", "batches_yielded", "num_processes", "source_batches",
+                   "sampler_seed", "sampler_draw", "dataloader"})
 #: torchdata's state of a single-process iterator that has yielded nothing
 _FRESH = {"_index_sampler_state": None, "_sampler_iter_state": None,
           "_sampler_iter_yielded": 0, "_num_yielded": 0, "_IterableDataset_len_called": None,
@@ -42,6 +43,27 @@ def _inner_state(loader: Any, state: dict[str, Any]) -> dict[str, Any] | None:
     if loader._iterator is not None and states:
         return StatefulDataLoader.state_dict(loader)  # the finished pass's own state
     return dict(_FRESH) if loader.num_workers == 0 else None
+
+
+def _refuse_other_world(loader: Any, state: dict[str, Any]) -> None:
+    """torchdata's state is one process's place in its own shard: refuse it mid-epoch on
+    another number of processes (where it would repeat or skip samples)."""
+    from accel_state.errors import ConfigurationError
+
+    from accel_data.reshard import dealing
+
+    saved, consumed = state.get("num_processes"), state.get("source_batches")
+    world = dealing(loader).world
+    if saved is None or not consumed or int(saved) == world:
+        return
+    raise ConfigurationError(
+        f"This StatefulDataLoader state was saved by {saved} process(es) after {consumed} "
+        f"batches of epoch {state.get('epoch')}, and this loader runs on {world}: torchdata's "
+        "own state holds one process's position in its shard, which does not carry over to "
+        "another number of processes (samples would repeat or be skipped). Resume with "
+        f"{saved} process(es), or prepare the DataLoader with use_stateful_dataloader=False: "
+        "accel's own position is then re-sharded exactly (torchdata's worker and dataset "
+        "state is not restored).")
 
 
 def stateful_class(base: type) -> type:
@@ -72,10 +94,12 @@ def stateful_class(base: type) -> type:
         return {**inner, "_iterator_finished": bool(self.end_of_dataloader), **state}
 
     def load_state_dict(self: Any, state_dict: dict[str, Any]) -> None:
-        if "epoch" in state_dict:
-            base.load_state_dict(self, state_dict)
         inner = {k: v for k, v in state_dict.items() if k not in _OURS}
         inner = state_dict.get("dataloader", inner)  # states saved by accel-data <= 0.1.6
+        if inner:
+            _refuse_other_world(self, state_dict)
+        if "epoch" in state_dict:
+            base.load_state_dict(self, state_dict)
         if inner:
             StatefulDataLoader.load_state_dict(self, inner)
             self._skip_plan = None  # torchdata's own state resumes the position
