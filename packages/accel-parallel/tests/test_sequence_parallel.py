@@ -85,7 +85,8 @@ def test_parallelism_config_takes_it_as_the_sp_handler():
     assert config.total_size == 4 and config.non_data_parallel_size == 4
     assert config.to_json()["sp_handler"] == {"sp_seq_length": 256,
                                               "sp_seq_length_is_variable": True,
-                                              "sp_attn_implementation": "sdpa"}
+                                              "sp_attn_implementation": "sdpa",
+                                              "sp_attention_modules": None}
     # a default handler (from the environment) when sp_size > 1, none when it is 1
     assert isinstance(ParallelismConfig(sp_size=2).sp_handler, DeepSpeedSequenceParallelConfig)
     assert ParallelismConfig().sp_handler is None
@@ -110,14 +111,23 @@ def test_sp_settings_from_the_environment_reach_the_default_handler(monkeypatch)
             config.sp_handler.sp_seq_length) == (2, "flash_attention_3", 8)
 
 
-def test_training_with_sp_is_refused_naming_what_is_missing():
-    check_sequence_parallel_runtime(ParallelismConfig())  # sp_size 1: nothing to refuse
+def test_sp_is_refused_only_under_deepspeed_naming_what_to_use():
+    check_sequence_parallel_runtime(ParallelismConfig(), "deepspeed")  # sp_size 1: nothing
     config = ParallelismConfig(sp_size=2, sp_handler=DeepSpeedSequenceParallelConfig())
-    for call in (lambda: check_sequence_parallel_runtime(config),
-                 lambda: resolve_parallelism(config, None, 2)):
-        with pytest.raises(ConfigurationError) as caught:
-            call()
-        message = str(caught.value)
-        assert "sp_size=2, sp_backend='deepspeed'" in message
-        assert "deepspeed>=0.18.1" in message and "DeepSpeed strategy" in message
-        assert "cp_size" in message and "sp_size=1" in message
+    check_sequence_parallel_runtime(config)  # the N-D strategy runs it
+    assert resolve_parallelism(config, None, 2) is config
+    with pytest.raises(ConfigurationError) as caught:
+        check_sequence_parallel_runtime(config, "deepspeed")
+    message = str(caught.value)
+    assert "sp_size=2, sp_backend='deepspeed'" in message and "DeepSpeed plugin" in message
+    assert "Drop the DeepSpeed plugin" in message and "dp_shard_size" in message
+
+
+@pytest.mark.parametrize("backend", ["deepspeed", "torch", "accelerate"])
+def test_every_backend_name_gets_a_handler_and_shards_with_fsdp2(backend):
+    config = ParallelismConfig(sp_size=2, sp_backend=backend)
+    assert isinstance(config.sp_handler, DeepSpeedSequenceParallelConfig)
+    assert config.fsdp_enabled and config.dp_shard_cp_dim_names == ["sp"]
+    with pytest.raises(ConfigurationError, match=r"sp_backend='ring' is not valid; use one of "
+                                                 r"deepspeed, torch, accelerate"):
+        ParallelismConfig(sp_size=2, sp_backend="ring")

@@ -1,6 +1,7 @@
 """Ulysses sequence parallelism at the facade: Accelerate's names at its paths, and
-``Accelerator(parallelism_config=ParallelismConfig(sp_size>1))`` refused with what is missing,
-with or without a DeepSpeed plugin (the backend Accelerate runs it on)."""
+``Accelerator(parallelism_config=ParallelismConfig(sp_size>1))`` with a DeepSpeed plugin (the
+backend Accelerate runs it on) refused with what to use instead. (Training with it runs in
+tests/integration/test_sequence_parallel.py.)"""
 
 from __future__ import annotations
 
@@ -15,6 +16,11 @@ def _no_parallelism_env(monkeypatch):
                  "SP_ATTN_IMPLEMENTATION"):
         monkeypatch.delenv(f"PARALLELISM_CONFIG_{name}", raising=False)
         monkeypatch.delenv(f"ACCEL_PARALLELISM_CONFIG_{name}", raising=False)
+    yield
+    import torch.distributed as dist
+
+    if dist.is_initialized():  # a refused Accelerator may have started the group
+        dist.destroy_process_group()
 
 
 def test_the_config_is_accel_parallels_at_accelerates_paths():
@@ -28,14 +34,20 @@ def test_the_config_is_accel_parallels_at_accelerates_paths():
         accel_parallel.DeepSpeedSequenceParallelConfig
 
 
-@pytest.mark.parametrize("with_deepspeed", [False, True])
-def test_an_accelerator_with_sp_is_refused_before_any_strategy(with_deepspeed):
+def test_sp_with_a_deepspeed_plugin_is_refused_naming_the_mesh_instead():
     from accel.utils import DeepSpeedSequenceParallelConfig
 
     config = ParallelismConfig(sp_backend="deepspeed", sp_size=2, sp_handler=(
         DeepSpeedSequenceParallelConfig(sp_seq_length_is_variable=True,
                                         sp_attn_implementation="sdpa")))
-    extra = {"deepspeed_plugin": DeepSpeedPlugin(zero_stage=2)} if with_deepspeed else {}
-    with pytest.raises(ConfigurationError, match=r"sp_size=2, sp_backend='deepspeed'\) asks for "
-                                                 r"ALST/Ulysses.*DeepSpeed strategy"):
-        Accelerator(cpu=True, parallelism_config=config, **extra)
+    with pytest.raises(ConfigurationError, match=r"sp_size=2, sp_backend='deepspeed'\) with a "
+                                                 r"DeepSpeed plugin.*Drop the DeepSpeed plugin"):
+        Accelerator(cpu=True, parallelism_config=config,
+                    deepspeed_plugin=DeepSpeedPlugin(zero_stage=2))
+
+
+def test_sp_without_deepspeed_reaches_the_mesh_which_checks_the_world():
+    config = ParallelismConfig(sp_size=2)
+    with pytest.raises(ConfigurationError, match=r"sp_size=2.*spans 2 process\(es\), but this "
+                                                 r"run has 1"):
+        Accelerator(cpu=True, parallelism_config=config)

@@ -75,6 +75,9 @@ class DeepSpeedStrategy(Strategy):
 
     @classmethod
     def from_config(cls, config: StrategyConfig) -> DeepSpeedStrategy:
+        from accel_parallel.sequence_parallel import check_sequence_parallel_runtime
+
+        check_sequence_parallel_runtime(config.plugins.get("parallelism_config"), "deepspeed")
         others = sorted(k for k in ("parallelism_config", "tp", "fsdp") if config.plugins.get(k))
         if others:
             raise ConfigurationError(

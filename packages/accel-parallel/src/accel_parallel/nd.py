@@ -28,7 +28,11 @@ from accel_state import ConfigurationError
 
 from accel_parallel.ddp import join_ddp, sync_ddp_in_backward, wrap_ddp
 from accel_parallel.fsdp import FSDP2Strategy, _ensure_process_group, plugin_parallelism
-from accel_parallel.sequence_parallel import check_sequence_parallel_runtime
+from accel_parallel.sequence_parallel import (
+    apply_sequence_parallel,
+    check_sequence_parallel_runtime,
+    shard_for_sequence_parallel,
+)
 
 if TYPE_CHECKING:
     from accel_precision import Precision
@@ -162,16 +166,22 @@ class ParallelismStrategy(FSDP2Strategy):
 
     # -- models --------------------------------------------------------------------------------
     def parallelize(self, model: torch.nn.Module) -> None:
-        """Step 1: tensor parallelism over ``tp`` (a no-op when ``tp_size`` is 1)."""
+        """Step 1: tensor parallelism over ``tp``, then Ulysses over ``sp``: the core
+        attention exchanges sequence for heads (each a no-op at size 1)."""
         config = self.parallelism
-        if not config.tp_enabled:
-            return
-        from accel_parallel.tensor_parallel import apply_tensor_parallel
+        if config.tp_enabled:
+            from accel_parallel.tensor_parallel import apply_tensor_parallel
 
-        handler = config.tp_handler
-        apply_tensor_parallel(model, self._mesh.submesh("tp"),
-                              plan=getattr(handler, "tp_plan", None),
-                              enable_async_tp=bool(getattr(handler, "enable_async_tp", False)))
+            handler = config.tp_handler
+            apply_tensor_parallel(model, self._mesh.submesh("tp"),
+                                  plan=getattr(handler, "tp_plan", None),
+                                  enable_async_tp=bool(getattr(handler, "enable_async_tp",
+                                                               False)))
+        apply_sequence_parallel(model, self._mesh, config)
+
+    def prepare_data_loader(self, dataloader: Any) -> Any:
+        """With ``sp_size > 1``, a loader whose batches are this rank's sequence shards."""
+        return shard_for_sequence_parallel(dataloader, self._mesh, config=self.parallelism)
 
     def prepare_model(self, model: torch.nn.Module, *, device_placement: bool = True,
                       evaluation_mode: bool = False) -> torch.nn.Module:

@@ -1,25 +1,37 @@
 """Accelerate's ``DeepSpeedSequenceParallelConfig``: the options of ALST/Ulysses sequence
-parallelism (``ParallelismConfig(sp_size=N, sp_backend="deepspeed", sp_handler=...)``).
+parallelism (``ParallelismConfig(sp_size=N, sp_backend="deepspeed", sp_handler=...)``), and
+the N-D strategy's two Ulysses steps.
 
 Ulysses splits each sequence over ``sp_size`` processes and, around attention, trades the
 sequence split for a split over attention heads (an all-to-all), so every process runs
 ordinary attention on a slice of the heads. It is driven by ``position_ids`` rather than an
 attention mask, which decides the attention implementations it can use.
 
-The configuration is complete and validated here; running it is not wired into accel yet
-(:func:`check_sequence_parallel_runtime` says what is missing and what to use instead).
+accel runs it torch-natively on the run's one mesh (:mod:`accel_parallel.ulysses`, the
+``sp`` dimension): ``sp_backend="deepspeed"`` (Accelerate's name, the default) and
+``"torch"`` (accel's) select the same implementation, which needs no DeepSpeed; parameters
+are sharded by FSDP2 over ``dp_shard`` x ``sp`` (``dp_shard_cp``), which also averages their
+gradients over the ``sp`` ranks. A DeepSpeed plugin with ``sp_size > 1`` is refused
+(:func:`check_sequence_parallel_runtime`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from accel_state import ConfigurationError
 from accel_state import env as _env
 
+if TYPE_CHECKING:
+    import torch
+
+    from accel_parallel.mesh import BuiltMesh
+    from accel_parallel.parallelism_config import ParallelismConfig
+
 __all__ = ["DeepSpeedSequenceParallelConfig", "SP_ATTN_IMPLEMENTATIONS",
-           "check_sequence_parallel_runtime"]
+           "check_sequence_parallel_runtime", "apply_sequence_parallel",
+           "shard_for_sequence_parallel"]
 
 #: attention implementations Ulysses runs with (besides hub-hosted flash-attn kernels)
 SP_ATTN_IMPLEMENTATIONS = ("sdpa", "flash_attention_2", "flash_attention_3")
@@ -48,12 +60,25 @@ class DeepSpeedSequenceParallelConfig:
     sp_attn_implementation: str | None = None
     """``sdpa``, ``flash_attention_2``, ``flash_attention_3`` or a hub flash-attn kernel
     (``"org/flash-attn..."``); ``eager`` and ``flex_attention`` need a mask Ulysses does
-    not build (env ..._SP_ATTN_IMPLEMENTATION)."""
+    not build (env ..._SP_ATTN_IMPLEMENTATION). For a transformers model, the core its
+    attention interface calls (default: the model's own when it is one of these, else sdpa)."""
+    sp_attention_modules: list[str] | None = None
+    """accel's addition: module-name patterns (``*`` for one name component) of the modules
+    that compute attention from ``(q, k, v)`` laid out ``(batch, heads, seq, head_dim)``,
+    e.g. ``["layers.*.attn.core"]``; None: the model's ``_sp_plan``, else (a transformers
+    model) its attention interface."""
 
     def __post_init__(self) -> None:
         self.sp_seq_length = self._seq_length()
         self.sp_seq_length_is_variable = self._is_variable()
         self.sp_attn_implementation = self._attn_implementation()
+        modules = self.sp_attention_modules
+        if modules is not None:
+            if isinstance(modules, str) or not all(isinstance(m, str) for m in modules):
+                raise ConfigurationError(
+                    f"DeepSpeedSequenceParallelConfig(sp_attention_modules={modules!r}) must be "
+                    "a list of module-name patterns, e.g. ['layers.*.attn.core'].")
+            self.sp_attention_modules = list(modules)
         if not self.sp_seq_length_is_variable and self.sp_seq_length is None:
             raise ConfigurationError(
                 "DeepSpeedSequenceParallelConfig(sp_seq_length_is_variable=False) needs "
@@ -123,19 +148,36 @@ class DeepSpeedSequenceParallelConfig:
                 f"batches with pad_to_multiple_of={sp_size}).")
 
 
-def check_sequence_parallel_runtime(config: Any) -> None:
-    """Refuse a configuration with ``sp_size > 1``: accel does not run Ulysses yet.
-
-    What it would take: DeepSpeed >= 0.18.1's ``UlyssesSPAttentionHF`` registered with the
-    model's attention and its ``UlyssesSPDataLoaderAdapter`` around each dataloader, set up by
-    the DeepSpeed strategy from ``sp_handler`` before ``deepspeed.initialize``.
-    """
-    if getattr(config, "sp_size", 1) <= 1:
+def check_sequence_parallel_runtime(config: Any, strategy: str = "nd") -> None:
+    """Refuse ``sp_size > 1`` where accel cannot run it: under ``strategy="deepspeed"``
+    (DeepSpeed's engine owns the model, and accel's Ulysses runs on the N-D strategy's mesh)."""
+    if config is None or getattr(config, "sp_size", 1) <= 1 or strategy != "deepspeed":
         return
     raise ConfigurationError(
-        f"ParallelismConfig(sp_size={config.sp_size}, sp_backend={config.sp_backend!r}) asks "
-        "for ALST/Ulysses sequence parallelism, which accel does not run yet: it needs "
-        "DeepSpeed's Ulysses attention (deepspeed>=0.18.1, UlyssesSPAttentionHF) and its "
-        "sequence-sharding dataloader adapter wired into accel's DeepSpeed strategy. Use "
-        "sp_size=1 with cp_size=N (context parallelism for long sequences, CUDA) or tp_size "
-        "with 'sequence_parallel' plan entries; or run this script with Hugging Face Accelerate.")
+        f"ParallelismConfig(sp_size={config.sp_size}, sp_backend={config.sp_backend!r}) with a "
+        "DeepSpeed plugin: accel runs Ulysses sequence parallelism torch-natively on its own "
+        "device mesh, not inside DeepSpeed's engine (DeepSpeed's ALST is not wired into "
+        "accel's DeepSpeed strategy). Drop the DeepSpeed plugin and keep the ParallelismConfig "
+        "(dp_shard_size shards parameters, gradients and optimizer state like ZeRO-3), or run "
+        "this script with Hugging Face Accelerate.")
+
+
+def apply_sequence_parallel(model: torch.nn.Module, mesh: BuiltMesh,
+                            config: ParallelismConfig) -> list[str]:
+    """The N-D strategy's Ulysses step (after TP, before FSDP2): wrap the model's core
+    attention with the exchange over the mesh's ``sp`` dimension; names what it wrapped."""
+    if not config.sp_enabled:
+        return []
+    from accel_parallel.ulysses import apply_ulysses
+
+    return apply_ulysses(model, mesh.submesh("sp").get_group(), config.sp_handler)
+
+
+def shard_for_sequence_parallel(dataloader: Any, mesh: BuiltMesh | None,
+                                config: ParallelismConfig) -> Any:
+    """The loader whose batches are this rank's sequence shards (unchanged without SP)."""
+    if not config.sp_enabled or mesh is None:
+        return dataloader
+    from accel_parallel.ulysses_data import shard_loader
+
+    return shard_loader(dataloader, mesh.rank("sp"), mesh.size("sp"))

@@ -12,7 +12,6 @@ import contextlib
 from typing import Any
 
 from accel_parallel import ParallelismConfig, TorchTensorParallelPlugin
-from accel_parallel.sequence_parallel import check_sequence_parallel_runtime
 from accel_state import ConfigurationError, env
 
 __all__ = ["ParallelismMixin", "resolve_parallelism_plugins"]
@@ -31,8 +30,6 @@ def resolve_parallelism_plugins(parallelism_config: Any = None,
                 f"Accelerator(parallelism_config={parallelism_config!r}) must be a "
                 "ParallelismConfig: build one with accel.ParallelismConfig(dp_shard_size=..., "
                 "tp_size=...).")
-        # before strategy selection: with a DeepSpeed plugin too, this is the message to give
-        check_sequence_parallel_runtime(parallelism_config)
         plugins["parallelism_config"] = parallelism_config
     if torch_tp_plugin is not None:
         if not isinstance(torch_tp_plugin, TorchTensorParallelPlugin):
