@@ -2,19 +2,22 @@
 
 ``Strategy.checkpoint_format(models)`` names a registered layout or hands over a
 ``RankCheckpointWriter``; save_state / load_state / get_state_dict / save_model use it
-without asking which one it is, and a checkpoint of another layout is refused with the
-fix. FSDP2 models in 2 processes: test_checkpoint_sharded_facade.py; a writer of the
-test's own in 2 processes: test_checkpoint_per_rank.py.
+without asking which one it is. A sharded checkpoint loads into models saved replicated
+and back (through full state dicts); any other layout is refused with the fix. FSDP2
+models in 2 processes: test_checkpoint_sharded_facade.py and (across layouts and world
+sizes) test_checkpoint_across_layouts.py; a writer of the test's own in 2 processes:
+test_checkpoint_per_rank.py.
 """
 
 from __future__ import annotations
 
 import importlib
 import types
+from pathlib import Path
 
 import pytest
 import torch
-from accel_checkpoint.errors import CheckpointError
+from accel_checkpoint.errors import CheckpointError, CorruptCheckpointError
 from accel_checkpoint.manifest import read_manifest
 from accel_state.errors import ConfigurationError
 from torch import nn
@@ -68,22 +71,25 @@ def test_matching_layouts_pass():
     check_layout("not-registered", 1, "not-registered", "ckpt")  # a strategy's own writer
 
 
-def test_sharded_checkpoint_into_unsharded_models_says_how_to_fix():
-    with pytest.raises(CheckpointError) as info:
-        check_layout("sharded", 4, "replicated", "/runs/ckpt")
-    text = str(info.value)
-    assert "/runs/ckpt is a sharded checkpoint (saved by 4 process(es)" in text
-    assert "fully_shard" in text
-    assert "accel merge-weights /runs/ckpt OUT" in text and "load_checkpoint_in_model" in text
+def test_sharded_and_replicated_checkpoints_load_into_each_other():
+    check_layout("sharded", 4, "replicated", "ckpt")  # through full state dicts
+    check_layout("replicated", 2, "sharded", "ckpt")
 
 
-def test_replicated_checkpoint_into_sharded_models_says_how_to_fix():
-    with pytest.raises(CheckpointError) as info:
-        check_layout("replicated", 2, "sharded", "/runs/ckpt")
-    text = str(info.value)
-    assert "/runs/ckpt is a replicated checkpoint" in text and "saved by 2 process(es)" in text
-    assert "prepared without fully_shard" in text
-    assert "load_checkpoint_in_model(model, '/runs/ckpt'), then fully_shard(model)" in text
+def test_a_deepspeed_checkpoint_into_other_models_says_how_to_fix():
+    for expected in ("replicated", "sharded"):
+        with pytest.raises(CheckpointError) as info:
+            check_layout("deepspeed", 2, expected, "/runs/ckpt")
+        text = str(info.value)
+        assert "/runs/ckpt is a DeepSpeed checkpoint" in text and "2 process(es)" in text
+        assert "accel merge-weights /runs/ckpt OUT --trust_pickles" in text
+        assert "load_checkpoint_in_model" in text
+    with pytest.raises(CheckpointError, match="/runs/ckpt is a sharded checkpoint .* DeepSpeed "
+                                              "engines.*accel merge-weights /runs/ckpt OUT"):
+        check_layout("sharded", 2, "deepspeed", "/runs/ckpt")
+    with pytest.raises(CheckpointError, match="replicated checkpoint .*load_checkpoint_in_"
+                                              "model\\(model, '/runs/ckpt'\\)"):
+        check_layout("replicated", 1, "deepspeed", "/runs/ckpt")
 
 
 def test_other_mismatches_name_both_layouts_and_unknown_ones_say_upgrade():
@@ -93,6 +99,64 @@ def test_other_mismatches_name_both_layouts_and_unknown_ones_say_upgrade():
     with pytest.raises(CheckpointError, match="layout 'pipeline'.*'replicated', 'sharded'.*"
                                               "upgrade accel"):
         check_layout("pipeline", 1, "replicated", "ckpt")
+
+
+# -- across layouts, in one process ------------------------------------------------------------
+def _states(model, optimizer, scheduler):
+    """Weights, Adam's state and the scheduler's LR, comparable between two runs."""
+    out = {f"p/{k}": v.detach().clone() for k, v in model.state_dict().items()}
+    for index, values in optimizer.state_dict()["state"].items():
+        out.update({f"o/{index}/{k}": v.clone() for k, v in values.items()})
+    out["lr"] = torch.tensor(scheduler.get_last_lr())
+    return out
+
+
+def _same(a, b):
+    return a.keys() == b.keys() and all(torch.equal(v, b[k]) for k, v in a.items())
+
+
+@pytest.mark.parametrize(("saved", "loaded"), [("sharded", None), (None, "sharded")])
+def test_sharded_and_replicated_checkpoints_load_across_with_the_optimizer(tmp_path, saved,
+                                                                           loaded):
+    accelerator, model, optimizer, scheduler = prepared(saved)
+    accelerator.step = 7
+    path = accelerator.save_state(tmp_path / "ckpt")
+    expected = _states(model, optimizer, scheduler)
+    assert read_manifest(path).layout == (saved or "replicated")
+    again, model2, optimizer2, scheduler2 = prepared(loaded, seed=1)
+    again.load_state(path)
+    assert _same(_states(model2, optimizer2, scheduler2), expected) and again.step == 7
+    for run in ((model, optimizer), (model2, optimizer2)):  # one more step, alike
+        run[0](torch.ones(2, 4)).sum().backward()
+        run[1].step()
+    assert _same(_states(model2, optimizer2, scheduler2), _states(model, optimizer, scheduler))
+
+
+def test_refused_loads_across_layouts_change_nothing(tmp_path):
+    accelerator = prepared("sharded")[0]
+    path = Path(accelerator.save_state(tmp_path / "ckpt"))
+    # another parameter grouping: refused before the model (checked alike) is touched
+    other = Accelerator(cpu=True)
+    torch.manual_seed(5)
+    model = nn.Linear(4, 3)
+    optimizer = torch.optim.Adam([{"params": [model.weight]}, {"params": [model.bias]}])
+    model, optimizer = other.prepare(model, optimizer)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(CheckpointError, match="optimizer: 1 parameter group.* nothing was "
+                                              "loaded|nothing was loaded.*optimizer: 1 param"):
+        other.load_state(path)
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+    assert not optimizer.state and other.step == 0
+    # a flipped byte in a shard: named, nothing read
+    shard = next(p for p in path.iterdir() if p.suffix == ".distcp")
+    data = bytearray(shard.read_bytes())
+    data[-1] ^= 0x01
+    shard.write_bytes(bytes(data))
+    plain, model3, optimizer3, scheduler3 = prepared(seed=2)
+    kept = _states(model3, optimizer3, scheduler3)
+    with pytest.raises(CorruptCheckpointError, match=shard.name):
+        plain.load_state(path)
+    assert _same(_states(model3, optimizer3, scheduler3), kept)
 
 
 # -- the Accelerator through its strategy's layout ----------------------------------------------

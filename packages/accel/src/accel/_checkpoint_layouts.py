@@ -1,24 +1,29 @@
-"""Which checkpoint layout the Accelerator's models are saved in, and the refusal of a
-checkpoint whose layout does not fit them.
+"""Which checkpoint layout the Accelerator's models are saved in, which loader reads a
+checkpoint into them, and the refusal of a checkpoint whose layout cannot fit them.
 
 The strategy names the layout (``Strategy.checkpoint_format(models)``: a name registered
 with accel-checkpoint, or a ``RankCheckpointWriter`` of its own); accel-checkpoint's
 registry turns it into a :class:`~accel_checkpoint.layouts.CheckpointLayout`, whose
-methods the checkpoint functions call without asking which layout it is.
+methods the checkpoint functions call without asking which layout it is. A checkpoint of
+another layout loads when accel-checkpoint can carry it across through full state dicts
+(``"sharded"`` <-> ``"replicated"``: :mod:`accel_checkpoint.across_layouts`); any other
+pair is refused, naming both layouts and the fix.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+from accel_checkpoint.across_layouts import load_across_layouts, loads_across
 from accel_checkpoint.errors import CheckpointError
 from accel_checkpoint.layouts import CHECKPOINT_LAYOUTS, CheckpointLayout, resolve_layout
+from accel_checkpoint.manifest import Manifest
 from accel_state.errors import ConfigurationError
 
-__all__ = ["checkpoint_layout", "check_layout"]
+__all__ = ["checkpoint_layout", "check_layout", "layout_loader"]
 
 
 def checkpoint_layout(accelerator: Any,
@@ -35,20 +40,27 @@ def checkpoint_layout(accelerator: Any,
     return resolve_layout(choose(list(accelerator._models if models is None else models)))
 
 
-# Specific advice for the mismatches users meet; any other pair gets the general message.
+# Specific advice for the pairs that cannot load across (DeepSpeed's ZeRO partitions are
+# read only by DeepSpeed engines); any other pair gets the general message.
+_FROM_DEEPSPEED = (
+    "{path} is a DeepSpeed checkpoint (ZeRO partitions saved by {world} process(es)), but the "
+    "prepared models are not DeepSpeed engines, and only DeepSpeed reads its partitions. "
+    "Prepare the models with the same DeepSpeed configuration to resume it, or take its full "
+    "fp32 weights with `accel merge-weights {path} OUT --trust_pickles` (DeepSpeed's "
+    "zero_to_fp32) and load those with load_checkpoint_in_model(model, OUT) before "
+    "accelerator.prepare (the optimizer state then starts afresh).")
+_INTO_DEEPSPEED = (
+    "{path} is a {saved} checkpoint (saved by {world} process(es)), but the prepared models "
+    "are DeepSpeed engines, which load only DeepSpeed's own checkpoints. Load its weights "
+    "into the model before accelerator.prepare ({how}; the optimizer state then starts "
+    "afresh), or prepare the models without DeepSpeed to resume it whole.")
 _ADVICE = {
-    ("sharded", "replicated"): (
-        "{path} is a sharded checkpoint (saved by {world} process(es) from models with "
-        "DTensor parameters, e.g. FSDP2), but no prepared model is sharded. Shard the model "
-        "the same way (fully_shard) before accelerator.prepare and load_state, or merge the "
-        "shards into full weights with `accel merge-weights {path} OUT` and load those with "
-        "load_checkpoint_in_model(model, OUT)."),
-    ("replicated", "sharded"): (
-        "{path} is a replicated checkpoint (full state dicts, saved by {world} process(es) "
-        "from unsharded models), but a prepared model is sharded (DTensor parameters, e.g. "
-        "FSDP2). Load it into models prepared without fully_shard, or load its weights "
-        "before sharding: load_checkpoint_in_model(model, '{path}'), then fully_shard(model) "
-        "(the optimizer state then starts afresh)."),
+    ("deepspeed", "replicated"): _FROM_DEEPSPEED,
+    ("deepspeed", "sharded"): _FROM_DEEPSPEED,
+    ("replicated", "deepspeed"): _INTO_DEEPSPEED.replace(
+        "{how}", "load_checkpoint_in_model(model, '{path}')"),
+    ("sharded", "deepspeed"): _INTO_DEEPSPEED.replace(
+        "{how}", "`accel merge-weights {path} OUT`, then load_checkpoint_in_model(model, OUT)"),
 }
 _GENERAL = (
     "{path} is a {saved!r} checkpoint (saved by {world} process(es)), but the prepared "
@@ -60,9 +72,14 @@ _GENERAL = (
 def check_layout(saved: str, world_size: int, expected: str,
                  path: str | os.PathLike[str]) -> None:
     """Refuse a checkpoint of layout ``saved`` (its manifest's, with its ``world_size``)
-    for models saved in layout ``expected``, saying the fix."""
-    if saved == expected:
+    for models saved in layout ``expected`` unless it loads into them (the same layout,
+    or one carried across by :func:`~accel_checkpoint.across_layouts.loads_across`),
+    saying the fix."""
+    if saved == expected or loads_across(saved, expected):
         return
+    advice = _ADVICE.get((saved, expected))
+    if advice is not None:  # a layout of a strategy's own writer (DeepSpeed's) included
+        raise CheckpointError(advice.format(path=path, world=world_size, saved=saved))
     if saved not in CHECKPOINT_LAYOUTS:
         known = ", ".join(repr(n) for n in CHECKPOINT_LAYOUTS.names())
         raise CheckpointError(
@@ -71,6 +88,14 @@ def check_layout(saved: str, world_size: int, expected: str,
             "writer saved it, prepare the models with that strategy; otherwise upgrade accel "
             "(or install the package that registers that layout in the "
             "'accel.checkpoint_layouts' entry-point group) to load it.")
-    message = _ADVICE.get((saved, expected), _GENERAL)
-    raise CheckpointError(message.format(path=path, world=world_size, saved=saved,
-                                         expected=expected))
+    raise CheckpointError(_GENERAL.format(path=path, world=world_size, saved=saved,
+                                          expected=expected))
+
+
+def layout_loader(layout: CheckpointLayout, manifest: Manifest,
+                  path: str | os.PathLike[str]) -> Callable[..., Any]:
+    """What loads the checkpoint ``path`` (its ``manifest`` read) into models saved in
+    ``layout``: the layout's own ``load``, or the full-state-dict loader across layouts;
+    any other checkpoint is refused (:func:`check_layout`) before anything is read."""
+    check_layout(manifest.layout, manifest.world_size, layout.name, path)
+    return layout.load if manifest.layout == layout.name else load_across_layouts

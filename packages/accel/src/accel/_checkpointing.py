@@ -43,7 +43,7 @@ from accel_state.errors import ConfigurationError
 from torch.utils.hooks import RemovableHandle
 
 from accel._accelerate_checkpoints import load_accelerate_checkpoint
-from accel._checkpoint_layouts import check_layout, checkpoint_layout
+from accel._checkpoint_layouts import checkpoint_layout, layout_loader
 from accel._checkpoint_objects import saved_dataloaders, scaler_of, shared_objects
 
 __all__ = ["init_checkpointing", "save_state", "load_state", "register_for_checkpointing",
@@ -214,7 +214,9 @@ def load_state(accelerator: Any, input_dir: str | os.PathLike[str] | None = None
     which every rank writes its own files (sharded, FSDP2) are always checked in full
     first. ``trust_pickles``: load a layout whose writer unpickles arbitrary objects
     (default: ``ACCEL_CHECKPOINT_TRUST_PICKLES``; see docs/checkpoint.md). The checkpoint's
-    layout must be the one the strategy saves the prepared models in. With automatic
+    layout is the one the strategy saves the prepared models in, or one that loads into it
+    through full state dicts (a sharded FSDP2 checkpoint into DDP models and back, any
+    world size; see docs/checkpoint.md, "Loading across layouts"). With automatic
     naming, later saves continue the numbering after the loaded checkpoint. A folder
     written by Hugging Face Accelerate's ``save_state`` loads too (docs/checkpoint.md).
     """
@@ -250,7 +252,7 @@ def _load_state(accelerator: Any, input_dir: Path, mode: str, trust_pickles: boo
         return
     layout = checkpoint_layout(accelerator)
     manifest = read_manifest(input_dir)
-    check_layout(manifest.layout, manifest.world_size, layout.name, input_dir)
+    load = layout_loader(layout, manifest, input_dir)  # refuses a layout that cannot fit
     models = list(accelerator._models)
     strict = load_model_func_kwargs.get("strict", True)
     objects: dict[str, Any] = {}
@@ -264,7 +266,7 @@ def _load_state(accelerator: Any, input_dir: Path, mode: str, trust_pickles: boo
                                       accelerator._custom_objects))
         objects.update(saved_dataloaders(path, accelerator._dataloaders, manifest.objects))
 
-    loaded = layout.load(input_dir, objects, verify=mode, prepare=prepare, manifest=manifest,
+    loaded = load(input_dir, objects, verify=mode, prepare=prepare, manifest=manifest,
                          trust_pickles=trust_pickles)
     if loaded.verification is not None and mode == "background":
         accelerator._checkpoint_verification = loaded.verification
