@@ -312,7 +312,7 @@ def test_modules_to_shard_callable_none_and_ignored():
 
 
 def test_fp16_with_fsdp2_needs_a_shardable_scaler_and_torch_2_5(monkeypatch):
-    from accel_parallel import fsdp
+    from accel_parallel import fsdp_sharding as fsdp
     from accel_precision import FP16Precision, Precision
 
     class ScalingPrecision(Precision):  # scales the loss but cannot share its inf check
@@ -320,8 +320,8 @@ def test_fp16_with_fsdp2_needs_a_shardable_scaler_and_torch_2_5(monkeypatch):
         scaler = torch.amp.GradScaler("cpu")
 
     with pytest.raises(ConfigurationError, match="custom-fp16.*adapt_to_sharding"):
-        fsdp._adapt_precision(ScalingPrecision())
-    fsdp._adapt_precision(Precision())  # nothing to adapt: fine
+        fsdp.adapt_precision(ScalingPrecision())
+    fsdp.adapt_precision(Precision())  # nothing to adapt: fine
     monkeypatch.setattr(fsdp, "is_torch_version", lambda op, version: True)
     with pytest.raises(ConfigurationError, match=r"needs torch>=2\.5.*bf16"):
-        fsdp._adapt_precision(FP16Precision(device="cpu"))
+        fsdp.adapt_precision(FP16Precision(device="cpu"))

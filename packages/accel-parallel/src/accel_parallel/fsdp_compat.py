@@ -77,10 +77,10 @@ def get_parameters_from_modules(modules: Iterable[torch.nn.Module] | str | None,
 
 def _fsdp_strategy(accelerator: Any, caller: str) -> Any:
     """The accelerator's FSDP2 strategy; an error naming what it runs instead."""
-    from accel_parallel.fsdp import FSDP2Strategy
+    from accel_parallel.nd import MeshStrategy
 
     strategy = getattr(accelerator, "strategy", None)
-    if not isinstance(strategy, FSDP2Strategy):
+    if not isinstance(strategy, MeshStrategy):
         raise ConfigurationError(
             f"{caller} needs an accelerator running FSDP, but it runs "
             f"{type(strategy).__name__ if strategy is not None else 'no strategy'}: "
@@ -108,7 +108,7 @@ def fsdp2_apply_ac(accelerator: Any, model: torch.nn.Module) -> torch.nn.Module:
     """Checkpoint activations of the plugin's wrap units (the whole model when it has none),
     in place, as ``prepare`` does with ``activation_checkpointing=True``; returns ``model``.
     Forwards are replaced rather than wrapped, so parameter names do not change."""
-    from accel_parallel.fsdp import apply_activation_checkpointing
+    from accel_parallel.fsdp_sharding import apply_activation_checkpointing
 
     plugin = _fsdp_strategy(accelerator, "fsdp2_apply_ac").plugin
     apply_activation_checkpointing(plugin.modules_to_shard(model) or [model])
@@ -130,11 +130,11 @@ def fsdp2_load_full_state_dict(accelerator: Any, model: torch.nn.Module, full_sd
     dict, broadcast to every rank (the other ranks' ``full_sd`` is not read and may be empty).
     A model still on the meta device is first given memory for its shards: on the CPU with
     ``cpu_offload``, else on ``accelerator.device``. Returns ``model``."""
-    from accel_parallel.fsdp import _broadcast_from_main
+    from accel_parallel.fsdp_sharding import broadcast_from_main
 
     if any(t.is_meta for t in (*model.parameters(), *model.buffers())):
         model.to_empty(device=torch.device("cpu") if cpu_offload else accelerator.device)
-    _broadcast_from_main(model, full_sd if accelerator.is_main_process else {})
+    broadcast_from_main(model, full_sd if accelerator.is_main_process else {})
     return model
 
 
