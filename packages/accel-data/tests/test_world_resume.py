@@ -19,7 +19,7 @@ import warnings
 
 import pytest
 import torch
-from accel_data import prepare_data_loader
+from accel_data import DataLoaderDispatcher, prepare_data_loader
 from accel_state.errors import ConfigurationError
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset, SequentialSampler
 
@@ -247,3 +247,46 @@ def test_bad_position_is_refused_and_changes_nothing():
     with pytest.raises(ConfigurationError, match="Not a dataloader state"):
         loader.load_state_dict({"epoch": 0, "batches_yielded": 1, "source_batches": "x"})
     assert loader.state_dict() == state
+
+
+@pytest.mark.parametrize("data", ["map", "stream"])
+@pytest.mark.parametrize("world", [2, 3, 4])
+def test_dispatcher_reads_the_rest_of_the_epoch_from_any_position(data, world):
+    """Rank 0's reading plan (no process group needed to read it): the global batches it
+    would send after a position saved by one process, padded from the epoch's start."""
+    for consumed in range(SIZE // 2 + 1):
+        torch.manual_seed(0)
+        source = list(range(SIZE)) if data == "map" else Stream()
+        loader = DataLoaderDispatcher(source, batch_size=2, num_processes=world,
+                                      process_index=0)
+        if consumed:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # the iterable's "same order again" note
+                loader.load_state_dict({"epoch": 0, "batches_yielded": consumed,
+                                        "num_processes": 1, "source_batches": consumed})
+        steps = len(loader)
+        plan = list(loader._plan(loader._pending_skip()))
+        sent = [x for parts, _ in plan for part in parts for x in part.tolist()]
+        rest = list(range(2 * consumed, SIZE))
+        assert sent[:len(rest)] == rest, consumed
+        assert sent[len(rest):] == list(range(len(sent) - len(rest))), consumed  # padding
+        assert steps == len(plan), consumed  # len() knew the resumed pass
+
+
+def test_torchdata_state_mid_epoch_is_refused_on_another_world_and_changes_nothing():
+    pytest.importorskip("torchdata")
+    saved = prepare_data_loader(DataLoader(list(range(SIZE)), batch_size=2),
+                                num_processes=2, process_index=0,
+                                use_stateful_dataloader=True)
+    _take(saved, 2)
+    state = saved.state_dict()
+    loader = prepare_data_loader(DataLoader(list(range(SIZE)), batch_size=2),
+                                 use_stateful_dataloader=True)
+    before = loader.state_dict()
+    with pytest.raises(ConfigurationError, match="saved by 2 process.*use_stateful_dataloader"
+                       "=False"):
+        loader.load_state_dict(state)
+    assert loader.state_dict() == before
+    plain = prepare_data_loader(DataLoader(list(range(SIZE)), batch_size=2))
+    plain.load_state_dict(state)  # the fix the message names: accel's own position
+    assert _take(plain, 1) == [[8, 9]]
