@@ -151,6 +151,16 @@ def test_tensor_parallel_example_trains_a_split_model() -> None:
     assert "full weight of blocks.0.up: (128, 32)" in proc.stdout  # gathered, not a shard
 
 
+def test_sequence_parallel_example_trains_on_sequence_shards() -> None:
+    proc = _launch("sequence_parallel.py", "--epochs", "3")
+    assert proc.returncode == 0, _explain(proc)
+    losses = _floats(r"epoch \d loss (\d+\.\d+)", proc.stdout)
+    assert len(losses) == 3 and losses[-1] < losses[0], proc.stdout
+    # each rank holds half of every 64-token sequence, at its global positions
+    assert "sp rank 0: shard of (8, 32) tokens, positions 0..31" in proc.stdout, proc.stdout
+    assert "sp rank 1: shard of (8, 32) tokens, positions 32..63" in proc.stdout, proc.stdout
+
+
 @pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None,
                     reason="DeepSpeed is not installed (accel[deepspeed])")
 def test_deepspeed_example_trains_saves_and_reloads() -> None:

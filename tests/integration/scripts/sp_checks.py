@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from accel import Accelerator, ParallelismConfig
 from accel.utils import DeepSpeedSequenceParallelConfig
-from accel_parallel.ulysses_data import sequence_parallel_mean
+from accel_parallel import sequence_parallel_mean
 from accel_state import ConfigurationError
 from tiny_llama import tiny_llama
 from torch.utils.data import DataLoader

@@ -34,6 +34,7 @@ from accel_parallel.selection import StrategyConfig, select_strategy, strategy_h
 from accel_parallel.sequence_parallel import DeepSpeedSequenceParallelConfig
 from accel_parallel.single import SingleDeviceStrategy
 from accel_parallel.strategy import NO_CONTEXT, STRATEGIES, PrepareRequest, Strategy, SupportsNoSync
+from accel_parallel.ulysses_data import sequence_parallel_mean
 from accel_parallel.unwrap import extract_model_from_parallel, is_sharded_model
 
 __version__ = "0.3.3"
@@ -48,6 +49,7 @@ __all__ = [
     "extract_model_from_parallel", "is_sharded_model", "parameter_moves", "rebind_optimizer",
     "select_strategy", "strategy_handler_kinds", "DeepSpeedPlugin", "DeepSpeedStrategy", "DummyOptim", "DummyScheduler",
     "HfDeepSpeedConfig", "DeepSpeedSequenceParallelConfig", "NO_CONTEXT",
+    "sequence_parallel_mean",
 ]
 
 # DeepSpeed's names load on first use (PEP 562): `import accel` does not pay for them

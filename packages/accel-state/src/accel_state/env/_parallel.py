@@ -91,11 +91,12 @@ PARALLELISM_CONFIG_PP_STAGES_PER_RANK = _var(
     "1F1B; default 2 there, else 1).", "PARALLELISM_CONFIG_PP_STAGES_PER_RANK")
 PARALLELISM_CONFIG_SP_SIZE = _var(
     "ACCEL_PARALLELISM_CONFIG_SP_SIZE", "Ulysses sequence-parallel degree (Accelerate's sp_size); "
-    "default 1. accel refuses values above 1: use tp_size with sequence_parallel, or cp_size.",
+    "default 1. Each sequence is split over that many processes (accel_parallel.ulysses).",
     "PARALLELISM_CONFIG_SP_SIZE")
 PARALLELISM_CONFIG_SP_BACKEND = _var(
     "ACCEL_PARALLELISM_CONFIG_SP_BACKEND", "Ulysses sequence-parallel backend: deepspeed "
-    "(default) or accelerate.", "PARALLELISM_CONFIG_SP_BACKEND")
+    "(default), torch or accelerate; all run accel's torch-native Ulysses.",
+    "PARALLELISM_CONFIG_SP_BACKEND")
 # Read by accel_parallel.DeepSpeedSequenceParallelConfig for fields left as None.
 PARALLELISM_CONFIG_SP_SEQ_LENGTH = _var(
     "ACCEL_PARALLELISM_CONFIG_SP_SEQ_LENGTH", "Ulysses sequence length (a multiple of sp_size); "
