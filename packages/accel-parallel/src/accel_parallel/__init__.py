@@ -37,7 +37,7 @@ from accel_parallel.strategy import NO_CONTEXT, STRATEGIES, PrepareRequest, Stra
 from accel_parallel.ulysses_data import sequence_parallel_mean
 from accel_parallel.unwrap import extract_model_from_parallel, is_sharded_model
 
-__version__ = "0.3.3"
+__version__ = "0.3.4"
 
 __all__ = [
     "DDPCommunicationHookType", "DDPStrategy", "DynamoBackend", "TorchDynamoPlugin",
