@@ -170,16 +170,17 @@ def _saved_names(manifest: Manifest) -> set[str]:
     return set(manifest.objects) | set(manifest.metadata.get(OBJECTS_KEY, {}))
 
 
-def _read_full_states(path: Path, manifest: Manifest, names: list[str]) -> dict[str, Any]:
-    """The saved full state of each of ``names`` (models and optimizers)."""
-    if manifest.layout == "sharded":
-        whole = _read_dcp_full(path, manifest)
-        absent = sorted(n for n in names if n not in whole)
-        if absent:
-            raise CorruptCheckpointError(path / ".metadata", f"holds no {absent}, which the "
-                                         "manifest lists")
-        return {n: whole[n] for n in names}
-    return {n: read_object(path, n, manifest) for n in names}
+def _read_states(path: Path, manifest: Manifest, names: list[str]) -> dict[str, Any]:
+    """The saved state of each of ``names``: whole from DCP for what the sharded layout's
+    writer saved (models, optimizers), from safetensors + JSON for the rest."""
+    in_dcp = set(manifest.metadata.get(OBJECTS_KEY, {})) if manifest.layout == "sharded" \
+        else set()
+    from_dcp = _read_dcp_full(path, manifest) if in_dcp & set(names) else {}
+    absent = sorted(n for n in names if n in in_dcp and n not in from_dcp)
+    if absent:
+        raise CorruptCheckpointError(path / ".metadata", f"holds no {absent}, which the "
+                                     "manifest lists")
+    return {n: from_dcp[n] if n in in_dcp else read_object(path, n, manifest) for n in names}
 
 
 def _read_data(path: Path, manifest: Manifest) -> Any:
@@ -270,8 +271,8 @@ def load_across_layouts(path: str | Path, objects: Mapping[str, Any], *, rng: bo
     if prepare is not None:
         prepare(path)
     models, optimizers, rest = _split(objects, strict)
-    found, problem = _attempt(lambda: _read_everything(path, manifest, models, optimizers,
-                                                       rest, rank, rng, strict))
+    found, problem = _attempt(lambda: _read_everything(path, manifest, objects, rest, rank,
+                                                       rng, strict))
     _agree(problem, on)  # a file unreadable on one rank stops every rank before any change
     states, whole, rng_state, data = found
     modules = {n: m for n, (m, _) in models.items()}
@@ -295,14 +296,13 @@ def load_across_layouts(path: str | Path, objects: Mapping[str, Any], *, rng: bo
     return LoadedCheckpoint(path, manifest, data, manifest.step, None)
 
 
-def _read_everything(path: Path, manifest: Manifest, models: dict[str, Any],
-                     optimizers: dict[str, Any], rest: dict[str, Any], rank: int, rng: bool,
+def _read_everything(path: Path, manifest: Manifest, objects: Mapping[str, Any],
+                     rest: dict[str, Any], rank: int, rng: bool,
                      strict: bool) -> tuple[Any, ...]:
     """Everything this rank loads, read and checked before any object changes."""
-    names = _missing(path, manifest, [*models, *optimizers], strict)
-    states = _read_full_states(path, manifest, names)
-    whole = {n: read_object(path, n, manifest)
-             for n in _missing(path, manifest, list(rest), strict)}
+    found = _read_states(path, manifest, _missing(path, manifest, list(objects), strict))
+    states = {n: st for n, st in found.items() if n not in rest}
+    whole = {n: st for n, st in found.items() if n in rest}
     rng_state = None
     if rng and rng_name(rank) in manifest.objects:
         rng_state = read_object(path, rng_name(rank), manifest)
