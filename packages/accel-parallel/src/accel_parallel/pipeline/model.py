@@ -1,0 +1,191 @@
+"""``PipelinedModel``: what ``prepare`` returns for a pipeline-parallel model.
+
+Calling it runs one whole training step of the pipeline schedule — the forward and the
+backward of every micro-batch — because 1F1B interleaves them: the loss must be computed
+inside the schedule. So the call takes the target (and the loss function, unless the
+``PipelineParallelConfig`` has one) and returns the batch's loss, already backpropagated:
+the mean of the micro-batches' losses, broadcast from the last stage to every rank of the
+pipeline, so ``accelerator.gather``/``reduce`` see it everywhere. ``accelerator.backward``
+then only checks that it got this loss, once (the gradients are there already).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from accel_state import ConfigurationError
+from torch import nn
+
+from accel_parallel.pipeline.config import PipelineParallelConfig
+
+__all__ = ["PipelinedModel", "PipelineTopology", "build_schedule"]
+
+
+class PipelineTopology:
+    """This rank's place in the pipeline: its group, its rank in it, the stages it holds."""
+
+    def __init__(self, group: Any, pp_rank: int, pp_size: int, num_stages: int) -> None:
+        self.group = group
+        self.pp_rank = pp_rank
+        self.pp_size = pp_size
+        self.num_stages = num_stages
+        #: stages of this rank, in schedule order (loop assignment: stage s on rank s % pp)
+        self.stage_indices = list(range(pp_rank, num_stages, pp_size))
+
+    @property
+    def has_first(self) -> bool:
+        return 0 in self.stage_indices
+
+    @property
+    def has_last(self) -> bool:
+        return self.num_stages - 1 in self.stage_indices
+
+    def global_rank(self, pp_rank: int) -> int:
+        import torch.distributed as dist
+
+        return dist.get_global_rank(self.group, pp_rank)
+
+
+def build_schedule(stages: Sequence[nn.Module], topology: PipelineTopology,
+                   config: PipelineParallelConfig, device: torch.device,
+                   loss_fn: Callable[[Any, Any], Any]) -> Any:
+    """The torch schedule running this rank's stage modules. Gradients are not scaled by
+    the schedule (``loss_fn`` already divides by the number of micro-batches), so every
+    torch version computes the same mean."""
+    import inspect
+
+    from torch.distributed import pipelining
+
+    pipeline_stages = [pipelining.PipelineStage(module, index, topology.num_stages, device,
+                                                group=topology.group)
+                       for module, index in zip(stages, topology.stage_indices, strict=True)]
+    n_micro = config.microbatches(topology.pp_size)
+    classes = {"gpipe": pipelining.ScheduleGPipe, "1f1b": pipelining.Schedule1F1B,
+               "interleaved_1f1b": pipelining.ScheduleInterleaved1F1B}
+    cls = classes[config.schedule]
+    options: dict[str, Any] = {"loss_fn": loss_fn}
+    if "scale_grads" in inspect.signature(cls.__init__).parameters:
+        options["scale_grads"] = False
+    if config.schedule == "interleaved_1f1b":
+        return cls(pipeline_stages, n_micro, **options)
+    return cls(pipeline_stages[0], n_micro, **options)
+
+
+class PipelinedModel(nn.Module):
+    """This rank's part of the model (:attr:`module`, the original parameter names) and the
+    schedule that trains the whole pipeline; see the module docstring for the call."""
+
+    def __init__(self, module: nn.Module, stages: list[nn.Module], topology: PipelineTopology,
+                 config: PipelineParallelConfig, device: torch.device,
+                 model_name: str, key_order: list[str]) -> None:
+        super().__init__()
+        self.module = module
+        self._stages = stages  # a list: not registered, they share :attr:`module`'s children
+        self.topology = topology
+        self.config = config
+        self.num_microbatches = config.microbatches(topology.pp_size)
+        self.device = device
+        self.model_name = model_name
+        #: the whole model's state-dict keys in their order (for get_state_dict)
+        self.key_order = key_order
+        self._call_loss_fn: Callable[[Any, Any], Any] | None = None
+        self._schedule = build_schedule(stages, topology, config, device, self._micro_loss)
+        self._step = 0
+        self._consumed = True
+
+    # -- the schedule's loss ---------------------------------------------------------------
+    def _micro_loss(self, output: Any, target: Any) -> torch.Tensor:
+        loss_fn = self._call_loss_fn or self.config.loss_fn
+        return loss_fn(output, target) / self.num_microbatches
+
+    def train(self, mode: bool = True) -> PipelinedModel:
+        super().train(mode)
+        for stage in self._stages:
+            stage.train(mode)
+        return self
+
+    # -- one step ------------------------------------------------------------------------------
+    def forward(self, *args: Any, target: Any = None,
+                loss_fn: Callable[[Any, Any], Any] | None = None, **kwargs: Any) -> torch.Tensor:
+        """Run the schedule on the batch (``args`` reach the first stage, ``kwargs`` every
+        stage, ``target`` the loss on the last); returns the batch's mean loss on every
+        rank, its backward already done."""
+        self._check_call(args, target, loss_fn)
+        self._call_loss_fn = loss_fn
+        losses: list[torch.Tensor] = []
+        step_args = args if self.topology.has_first else ()
+        if self.topology.has_last:
+            self._schedule.step(*step_args, target=target, losses=losses, **kwargs)
+        else:
+            self._schedule.step(*step_args, **kwargs)
+        self._call_loss_fn = None
+        return self._broadcast_loss(losses)
+
+    def _check_call(self, args: tuple[Any, ...], target: Any, loss_fn: Any) -> None:
+        """Refuse a call the pipeline cannot run, before anything runs."""
+        name = self.model_name
+        if not self._consumed:
+            raise ConfigurationError(
+                f"The pipeline-parallel {name} was called again before accelerator.backward("
+                "loss) took the loss of its previous call: the schedule already ran that "
+                "step's backward, so each call's loss must go to accelerator.backward (then "
+                "optimizer.step()) before the next call.")
+        if not torch.is_grad_enabled():
+            raise ConfigurationError(
+                f"The pipeline-parallel {name} runs training steps (forward and backward in "
+                "one schedule); it was called with gradients disabled (torch.no_grad / "
+                "inference_mode). Evaluate with pp_size=1, or on the gathered weights "
+                "(accelerator.get_state_dict).")
+        if target is None:
+            raise ConfigurationError(
+                f"The pipeline-parallel {name} computes the loss inside its schedule: call it "
+                "as model(inputs, target=labels) (the last stage computes loss_fn(output, "
+                "target) per micro-batch).")
+        if loss_fn is None and self.config.loss_fn is None:
+            raise ConfigurationError(
+                f"The pipeline-parallel {name} needs a loss function: set "
+                "PipelineParallelConfig(loss_fn=...) or call model(inputs, target=labels, "
+                "loss_fn=...).")
+        batch = args[0] if args else target
+        size = batch.shape[0] if isinstance(batch, torch.Tensor) and batch.dim() else None
+        if size is not None and size % self.num_microbatches:
+            raise ConfigurationError(
+                f"A batch of {size} sample(s) does not split into {self.num_microbatches} "
+                "pipeline micro-batches: use a batch size divisible by num_microbatches, or "
+                "set PipelineParallelConfig(num_microbatches=...) to a divisor of it.")
+
+    def _broadcast_loss(self, losses: list[torch.Tensor]) -> torch.Tensor:
+        import torch.distributed as dist
+
+        if self.topology.has_last:
+            loss = torch.stack([part.detach().float() for part in losses]).sum()
+        else:
+            loss = torch.zeros((), dtype=torch.float32, device=self.device)
+        loss = loss.to(self.device)
+        if self.topology.pp_size > 1:
+            source = self.topology.global_rank(self.topology.pp_size - 1)
+            dist.broadcast(loss, src=source, group=self.topology.group)
+        self._step += 1
+        self._consumed = False
+        loss._accel_pipeline_step = (id(self), self._step)  # type: ignore[attr-defined]
+        return loss
+
+    def consume(self, loss: torch.Tensor) -> None:
+        """``accelerator.backward(loss)``: accept the loss of the last call, once."""
+        mark = getattr(loss, "_accel_pipeline_step", None)
+        if mark != (id(self), self._step) or self._consumed:
+            what = ("a loss of an earlier step, or one already passed to backward"
+                    if mark is not None and mark[0] == id(self) else
+                    "a loss that did not come from the pipeline's call")
+            raise ConfigurationError(
+                f"accelerator.backward got {what}. With pipeline parallelism the schedule "
+                f"runs the backward inside the call of {self.model_name}: pass exactly the "
+                "loss the call returned, once per call (a loss computed from it would not "
+                "change the gradients; scale the loss in loss_fn instead).")
+        self._consumed = True
+
+    def owns(self, loss: torch.Tensor) -> bool:
+        mark = getattr(loss, "_accel_pipeline_step", None)
+        return mark is not None and mark[0] == id(self)

@@ -1,0 +1,190 @@
+"""Pipeline-parallel training through the Accelerator, checked against one process.
+
+argv: MODE OUT_DIR. MODE ``schedules`` (2 processes): GPipe (with manual split points),
+1F1B and interleaved 1F1B (2 stages per rank) on the tiny Llama, each loss curve equal to
+the one-process run; the whole model's ``get_state_dict``; the backward contract's errors;
+the split error. MODE ``pp_dp`` (4 processes): 2 stages x FSDP2 over 2 (and 2 stages x
+2 replicas), loss curves equal to one process, then save_state / load_state of the staged
+model: the state after load equals the state saved and the resumed run continues
+identically. Every check prints one ``...-OK rank=R`` line.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import torch
+from accel import Accelerator, DataLoaderConfiguration
+from accel_parallel import ParallelismConfig
+from accel_parallel.pipeline import PipelineParallelConfig
+from accel_state.errors import ConfigurationError
+from tiny_llama import lm_loss, tiny_llama, token_batches
+from torch.utils.data import DataLoader, TensorDataset
+
+STEPS = 6
+BATCH = 8
+#: loss curves of the pipeline vs one process (fp32; micro-batches change summation order)
+TOLERANCE = 1e-5
+
+
+def dataset() -> TensorDataset:
+    batches = token_batches(STEPS, batch_size=BATCH)
+    return TensorDataset(torch.cat([b[0] for b in batches]), torch.cat([b[1] for b in batches]))
+
+
+def optimizer_for(model: torch.nn.Module) -> torch.optim.Optimizer:
+    return torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.01)
+
+
+def reference() -> tuple[list[float], dict[str, torch.Tensor]]:
+    """One process, whole batches: the losses and the final weights."""
+    model = tiny_llama(0)
+    optimizer = optimizer_for(model)
+    losses = []
+    for ids, labels in DataLoader(dataset(), batch_size=BATCH):
+        loss = lm_loss(model(ids), labels)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    return losses, {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def prepared(config: ParallelismConfig, split: bool = False):
+    accelerator = Accelerator(cpu=True, parallelism_config=config,
+                              dataloader_config=DataLoaderConfiguration(split_batches=split))
+    model = tiny_llama(0)
+    model, optimizer, loader = accelerator.prepare(model, optimizer_for(model),
+                                                   DataLoader(dataset(), batch_size=BATCH))
+    return accelerator, model, optimizer, list(loader)
+
+
+def step(accelerator, model, optimizer, batch) -> float:
+    ids, labels = batch
+    loss = model(ids, target=labels)
+    accelerator.backward(loss)
+    optimizer.step()
+    optimizer.zero_grad()
+    return accelerator.reduce(loss, "mean").item()
+
+
+def check_curve(name: str, got: list[float], want: list[float], rank: int) -> None:
+    worst = max(abs(a - b) for a, b in zip(got, want, strict=True))
+    assert worst <= TOLERANCE, (name, got, want)
+    print(f"{name}-OK rank={rank} max_diff={worst:.2e}", flush=True)
+
+
+def check_contract(accelerator, model, optimizer, batch, rank: int) -> None:
+    ids, labels = batch
+    for call, needle in ((lambda: model(ids), "target=labels"),
+                         (lambda: model(ids[:3], target=labels[:3]), "micro-batches")):
+        try:
+            call()
+        except ConfigurationError as exc:
+            assert needle in str(exc), exc
+        else:
+            raise AssertionError(f"no error for {needle}")
+    with torch.no_grad():
+        try:
+            model(ids, target=labels)
+        except ConfigurationError as exc:
+            assert "gradients disabled" in str(exc), exc
+        else:
+            raise AssertionError("no error under no_grad")
+    loss = model(ids, target=labels)
+    for bad in (loss * 2, torch.tensor(1.0)):
+        try:
+            accelerator.backward(bad)
+        except ConfigurationError as exc:
+            assert "did not come from the pipeline" in str(exc), exc
+        else:
+            raise AssertionError("a foreign loss was accepted")
+    try:
+        model(ids, target=labels)
+    except ConfigurationError as exc:
+        assert "called again before accelerator.backward" in str(exc), exc
+    else:
+        raise AssertionError("a second call before backward was accepted")
+    accelerator.backward(loss)
+    try:
+        accelerator.backward(loss)
+    except ConfigurationError as exc:
+        assert "already passed to backward" in str(exc), exc
+    else:
+        raise AssertionError("backward twice was accepted")
+    optimizer.zero_grad()
+    print(f"CONTRACT-OK rank={rank}", flush=True)
+
+
+def schedules(rank: int) -> None:
+    want, final = reference()
+    runs = (("gpipe", {"split_points": ["layers.1"]}), ("1f1b", {}),
+            ("interleaved_1f1b", {"stages_per_rank": 2}))
+    for schedule, extra in runs:
+        handler = PipelineParallelConfig(schedule=schedule, num_microbatches=4, loss_fn=lm_loss,
+                                         **extra)
+        accelerator, model, optimizer, batches = prepared(
+            ParallelismConfig(pp_size=2, pp_handler=handler))
+        got = [step(accelerator, model, optimizer, batch) for batch in batches]
+        check_curve(f"SCHEDULE-{schedule}", got, want, rank)
+        full = accelerator.get_state_dict(model)
+        if rank == 0:
+            assert list(full) == list(final), (list(full), list(final))
+            worst = max((full[k] - final[k]).abs().max().item() for k in final)
+            assert worst < 1e-4, worst
+            print(f"STATE-DICT-{schedule}-OK rank={rank} max_diff={worst:.2e}", flush=True)
+        else:
+            assert full == {}, list(full)
+        if schedule == "1f1b":
+            check_contract(accelerator, model, optimizer, batches[0], rank)
+    try:
+        Accelerator(cpu=True, parallelism_config=ParallelismConfig(pp_size=2)).prepare(
+            torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)))
+    except ConfigurationError as exc:
+        assert "cannot split Sequential" in str(exc) and "ModuleList" in str(exc), exc
+        print(f"SPLIT-ERROR-OK rank={rank}", flush=True)
+    else:
+        raise AssertionError("a model without a ModuleList was split")
+
+
+def pp_dp(rank: int, out: Path) -> None:
+    want, _ = reference()
+    handler = PipelineParallelConfig(schedule="gpipe", num_microbatches=2, loss_fn=lm_loss)
+    accelerator, model, optimizer, batches = prepared(
+        ParallelismConfig(pp_size=2, dp_replicate_size=2, pp_handler=handler), split=True)
+    check_curve("PP-REPLICATE", [step(accelerator, model, optimizer, b) for b in batches],
+                want, rank)
+    handler = PipelineParallelConfig(schedule="1f1b", num_microbatches=2, loss_fn=lm_loss)
+    accelerator, model, optimizer, batches = prepared(
+        ParallelismConfig(pp_size=2, dp_shard_size=2, pp_handler=handler), split=True)
+    assert accelerator.num_processes == 4 and accelerator.strategy.dp_size == 2
+    half = STEPS // 2
+    first = [step(accelerator, model, optimizer, b) for b in batches[:half]]
+    accelerator.save_state(out / "ckpt")
+    saved = accelerator.get_state_dict(model)
+    second = [step(accelerator, model, optimizer, b) for b in batches[half:]]
+    check_curve("PP-FSDP", first + second, want, rank)
+    accelerator.load_state(out / "ckpt")
+    loaded = accelerator.get_state_dict(model)
+    if rank == 0:
+        assert list(loaded) == list(saved) and all(torch.equal(loaded[k], saved[k])
+                                                   for k in saved)
+    resumed = [step(accelerator, model, optimizer, b) for b in batches[half:]]
+    assert resumed == second, (resumed, second)
+    print(f"RESUME-OK rank={rank}", flush=True)
+
+
+def main() -> None:
+    mode, out = sys.argv[1], Path(sys.argv[2])
+    rank = int(os.environ.get("RANK", "0"))
+    if mode == "schedules":
+        schedules(rank)
+    else:
+        pp_dp(rank, out)
+    print(f"PIPELINE-{mode}-DONE", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,36 @@
+"""Pipeline-parallel training (ParallelismConfig(pp_size=2)) with real processes (gloo)
+through `accel launch`: every schedule, and 2 stages x DP 2 with save/load/resume, equal to
+one process (scripts/pipeline_train.py says what each line checks)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.multiprocess
+
+
+def test_three_schedules_on_two_processes_equal_one_process(explain, launch, scripts, tmp_path):
+    proc = launch("--cpu", "--num_processes", "2", str(scripts / "pipeline_train.py"),
+                  "schedules", str(tmp_path), timeout=300)
+    assert proc.returncode == 0, explain(proc)
+    out = proc.stdout
+    for rank in (0, 1):
+        for schedule in ("gpipe", "1f1b", "interleaved_1f1b"):
+            assert f"SCHEDULE-{schedule}-OK rank={rank}" in out, explain(proc)
+        assert f"CONTRACT-OK rank={rank}" in out, explain(proc)
+        assert f"SPLIT-ERROR-OK rank={rank}" in out, explain(proc)
+    for schedule in ("gpipe", "1f1b", "interleaved_1f1b"):
+        assert f"STATE-DICT-{schedule}-OK rank=0" in out, explain(proc)
+    assert out.count("PIPELINE-schedules-DONE") == 2, explain(proc)
+
+
+def test_two_stages_times_dp2_on_four_processes_and_exact_resume(explain, launch, scripts,
+                                                                 tmp_path):
+    proc = launch("--cpu", "--num_processes", "4", str(scripts / "pipeline_train.py"),
+                  "pp_dp", str(tmp_path), timeout=420)
+    assert proc.returncode == 0, explain(proc)
+    out = proc.stdout
+    for rank in range(4):
+        for check in ("PP-REPLICATE", "PP-FSDP", "RESUME"):
+            assert f"{check}-OK rank={rank}" in out, explain(proc)
+    assert out.count("PIPELINE-pp_dp-DONE") == 4, explain(proc)
