@@ -290,3 +290,18 @@ def test_torchdata_state_mid_epoch_is_refused_on_another_world_and_changes_nothi
     plain = prepare_data_loader(DataLoader(list(range(SIZE)), batch_size=2))
     plain.load_state_dict(state)  # the fix the message names: accel's own position
     assert _take(plain, 1) == [[8, 9]]
+
+
+def test_a_resumed_pass_with_nothing_left_for_the_new_world_still_ends_the_epoch():
+    """One batch consumed of four, resumed by 4 processes with drop_last: no complete round
+    is left, the pass yields nothing, and the next pass is the next epoch (not a repeat)."""
+    def loader(world):
+        return prepare_data_loader(DataLoader(list(range(8)), batch_size=2, drop_last=True),
+                                   num_processes=world, process_index=0)
+
+    saved = loader(1)
+    _take(saved, 1)
+    resumed = loader(4)
+    resumed.load_state_dict(saved.state_dict())
+    assert _take(resumed, None) == [] and resumed.iteration == 1
+    assert _take(resumed, None) == [[0, 1]]  # epoch 1, whole

@@ -206,7 +206,8 @@ class DataLoaderStateMixin:
         try:
             current = next(batches, _END)
             if current is _END:  # an epoch with no batch is not counted (as in Accelerate)
-                self._finish_pass(advance=self._yielded > 0)  # unless all were skipped
+                # unless all were skipped (or left out by a resume on another world size)
+                self._finish_pass(advance=self._yielded > 0 or self._pending_start() > 0)
                 return
             if move is not None:
                 current = move(current)
