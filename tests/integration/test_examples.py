@@ -161,6 +161,17 @@ def test_sequence_parallel_example_trains_on_sequence_shards() -> None:
     assert "sp rank 1: shard of (8, 32) tokens, positions 32..63" in proc.stdout, proc.stdout
 
 
+def test_pipeline_parallel_example_trains_in_stages_and_gathers_the_model() -> None:
+    proc = _launch("pipeline_parallel.py", "--epochs", "3", "--schedule", "interleaved_1f1b")
+    assert proc.returncode == 0, _explain(proc)
+    losses = _floats(r"epoch \d loss (\d+\.\d+)", proc.stdout)
+    assert len(losses) == 3 and losses[-1] < losses[0] / 2, proc.stdout
+    # interleaved: 4 stages of one block, stage s on rank s % 2
+    assert "rank 0 holds blocks 0, 2" in proc.stdout, proc.stdout
+    assert "rank 1 holds blocks 1, 3" in proc.stdout, proc.stdout
+    assert "whole model gathered: 29 tensors, head.weight (32, 64)" in proc.stdout, proc.stdout
+
+
 @pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None,
                     reason="DeepSpeed is not installed (accel[deepspeed])")
 def test_deepspeed_example_trains_saves_and_reloads() -> None:
