@@ -17,13 +17,12 @@ import warnings
 from pathlib import Path
 
 import torch
-from accel_state.gradient_state import GradientState
-from torch import nn
-from torch.utils.data import DataLoader, IterableDataset, TensorDataset
-
 from accel import Accelerator, FullyShardedDataParallelPlugin
 from accel._accelerator_state import AcceleratorState
 from accel.utils import DataLoaderConfiguration
+from accel_state.gradient_state import GradientState
+from torch import nn
+from torch.utils.data import DataLoader, IterableDataset, TensorDataset
 
 SIZE, BATCH = 50, 2  # 25 user batches per epoch: no world of 1, 2 or 4 divides it
 
@@ -58,7 +57,8 @@ def run(strategy: str, work: Path, stage: int, steps: str) -> None:
     epochs = 2 if steps == "end" else 1
     for _ in range(epochs):
         start_epoch = shuffled.iteration
-        for step, ((batch_ids, x), (stream_ids, y)) in enumerate(zip(shuffled, stream)):
+        pairs = zip(shuffled, stream, strict=True)  # the two loaders stay in step
+        for step, ((batch_ids, x), (stream_ids, y)) in enumerate(pairs):
             loss = (model(x).sum() + model(y).sum()) ** 2
             accelerator.backward(loss)
             optimizer.step()
