@@ -160,6 +160,11 @@ def test_batches_that_cannot_be_sharded_are_refused():
         shard_batch((torch.zeros(1, 8),), 0, 2)
     with pytest.raises(ConfigurationError, match=r"gave a dict with keys \['x'\]"):
         shard_batch({"x": torch.zeros(1, 8)}, 0, 2)
+    with pytest.raises(ConfigurationError, match=r"sp_seq_length=16, sp_seq_length_is_variable="
+                                                 r"False\) expects every batch to be 16 tokens "
+                                                 r"long, but this one has 8"):
+        shard_batch({"input_ids": torch.zeros(1, 8, dtype=torch.long)}, 0, 2, fixed_length=16)
+    assert shard_batch({"input_ids": torch.zeros(1, 16)}, 1, 2, 16)["input_ids"].shape == (1, 8)
 
 
 def test_the_users_loader_is_left_as_it_is():
@@ -170,6 +175,32 @@ def test_the_users_loader_is_left_as_it_is():
     assert next(iter(loader))["input_ids"].shape == (2, 4)
     assert torch.equal(next(iter(sharded))["input_ids"], torch.tensor([[2, 3], [2, 3]]))
     assert shard_loader(sharded, 1, 2) is sharded and shard_loader(loader, 0, 1) is loader
+
+
+class _Mesh:
+    """What the loader step reads of the mesh: this rank's coordinate and the size of ``sp``."""
+
+    def rank(self, name: str) -> int:
+        return 1
+
+    def size(self, name: str) -> int:
+        return 2
+
+
+def test_the_strategy_step_cuts_batches_and_holds_a_fixed_length():
+    from accel_parallel import ParallelismConfig
+    from accel_parallel.sequence_parallel import shard_for_sequence_parallel
+
+    rows = [{"input_ids": torch.arange(6)} for _ in range(2)]
+    loose = shard_for_sequence_parallel(DataLoader(rows, batch_size=2), _Mesh(),
+                                        ParallelismConfig(sp_size=2))
+    assert torch.equal(next(iter(loose))["position_ids"], torch.tensor([[3, 4, 5]] * 2))
+    fixed = ParallelismConfig(sp_size=2, sp_handler=DeepSpeedSequenceParallelConfig(
+        sp_seq_length=8, sp_seq_length_is_variable=False))
+    with pytest.raises(ConfigurationError, match=r"to be 8 tokens long, but this one has 6"):
+        next(iter(shard_for_sequence_parallel(DataLoader(rows, batch_size=2), _Mesh(), fixed)))
+    plain = DataLoader(rows)
+    assert shard_for_sequence_parallel(plain, _Mesh(), ParallelismConfig()) is plain
 
 
 class _Model(torch.nn.Module):

@@ -180,4 +180,7 @@ def shard_for_sequence_parallel(dataloader: Any, mesh: BuiltMesh | None,
         return dataloader
     from accel_parallel.ulysses_data import shard_loader
 
-    return shard_loader(dataloader, mesh.rank("sp"), mesh.size("sp"))
+    handler = config.sp_handler
+    fixed = None if handler is None or handler.sp_seq_length_is_variable else \
+        handler.sp_seq_length
+    return shard_loader(dataloader, mesh.rank("sp"), mesh.size("sp"), fixed)

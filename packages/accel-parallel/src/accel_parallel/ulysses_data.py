@@ -38,8 +38,11 @@ def _shift(labels: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.pad(labels[:, 1:], (0, 1), value=-100)
 
 
-def shard_batch(batch: Any, sp_rank: int, sp_size: int) -> dict[str, Any]:
-    """This rank's part of ``batch`` (a dict with ``input_ids``), as described above."""
+def shard_batch(batch: Any, sp_rank: int, sp_size: int,
+                fixed_length: int | None = None) -> dict[str, Any]:
+    """This rank's part of ``batch`` (a dict with ``input_ids``), as described above;
+    ``fixed_length``: the length every batch must have (``sp_seq_length`` with
+    ``sp_seq_length_is_variable=False``)."""
     if not isinstance(batch, Mapping) or not isinstance(batch.get("input_ids"), torch.Tensor):
         kind = type(batch).__name__ if not isinstance(batch, Mapping) else \
             f"dict with keys {sorted(batch)}"
@@ -49,6 +52,12 @@ def shard_batch(batch: Any, sp_rank: int, sp_size: int) -> dict[str, Any]:
             "{'input_ids': ..., 'labels': ..., 'position_ids': ...} from the collate_fn.")
     ids = batch["input_ids"]
     seq = ids.shape[1]
+    if fixed_length is not None and seq != fixed_length:
+        raise ConfigurationError(
+            f"DeepSpeedSequenceParallelConfig(sp_seq_length={fixed_length}, "
+            f"sp_seq_length_is_variable=False) expects every batch to be {fixed_length} tokens "
+            f"long, but this one has {seq}: pad batches to {fixed_length} (a collator's "
+            "max_length / padding='max_length'), or set sp_seq_length_is_variable=True.")
     if seq % sp_size:
         raise ConfigurationError(
             f"Ulysses sequence parallelism cuts each sequence into sp_size={sp_size} equal "
@@ -68,16 +77,20 @@ def shard_batch(batch: Any, sp_rank: int, sp_size: int) -> dict[str, Any]:
 class SequenceShardCollate:
     """A loader's ``collate_fn`` followed by :func:`shard_batch` (picklable for workers)."""
 
-    def __init__(self, collate_fn: Callable[[Any], Any], sp_rank: int, sp_size: int) -> None:
+    def __init__(self, collate_fn: Callable[[Any], Any], sp_rank: int, sp_size: int,
+                 fixed_length: int | None = None) -> None:
         self.collate_fn = collate_fn
         self.sp_rank = sp_rank
         self.sp_size = sp_size
+        self.fixed_length = fixed_length
 
     def __call__(self, samples: Any) -> dict[str, Any]:
-        return shard_batch(self.collate_fn(samples), self.sp_rank, self.sp_size)
+        return shard_batch(self.collate_fn(samples), self.sp_rank, self.sp_size,
+                           self.fixed_length)
 
 
-def shard_loader(dataloader: Any, sp_rank: int, sp_size: int) -> Any:
+def shard_loader(dataloader: Any, sp_rank: int, sp_size: int,
+                 fixed_length: int | None = None) -> Any:
     """A shallow copy of ``dataloader`` whose batches are this rank's sequence shards (the
     user's loader is left as it is). Anything but a torch ``DataLoader`` is returned as it
     is (the facade refuses it later with its own message)."""
@@ -86,7 +99,8 @@ def shard_loader(dataloader: Any, sp_rank: int, sp_size: int) -> Any:
     if isinstance(dataloader.collate_fn, SequenceShardCollate):
         return dataloader
     copied = copy.copy(dataloader)
-    copied.collate_fn = SequenceShardCollate(dataloader.collate_fn, sp_rank, sp_size)
+    copied.collate_fn = SequenceShardCollate(dataloader.collate_fn, sp_rank, sp_size,
+                                             fixed_length)
     return copied
 
 
