@@ -5,6 +5,7 @@ error. No processes, and DeepSpeed itself is only needed by the tests that impor
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 import torch
@@ -496,6 +497,18 @@ def test_one_process_engine_trains_and_refuses_other_clip_norms(state, ds_group,
     with pytest.raises(ConfigurationError, match="Linear was not prepared by DeepSpeed"):
         writer.full_state_dict(stranger)
     assert not list(tmp_path.iterdir())  # nothing was written
+    # ZeRO partitions of 2 processes into this one: refused before DeepSpeed reads a file
+    folder = tmp_path / "deepspeed" / "model"
+    folder.mkdir(parents=True)
+    for name in ("mp_rank_00_model_states.pt", "zero_pp_rank_0_mp_rank_00_optim_states.pt",
+                 "zero_pp_rank_1_mp_rank_00_optim_states.pt"):
+        (folder / name).write_bytes(b"not read")
+    kept = model.weight.detach().clone()
+    with pytest.raises(ConfigurationError, match=r"partitioned over 2 process\(es\), but this "
+                       r"run has 1.*--num_processes 2.*accel merge-weights .* --trust_pickles"):
+        writer.load(tmp_path, {"model": engine, "optimizer": prepared.optimizers[0]}, 0, 1)
+    assert torch.equal(model.weight, kept)
+    shutil.rmtree(tmp_path / "deepspeed")
     full = writer.full_state_dict(engine)
     assert torch.equal(full["weight"], model.weight.detach())
     assert full["weight"].data_ptr() != model.weight.data_ptr()  # a copy

@@ -7,7 +7,9 @@ entry name, ``model``, ``model_1``, ...) and reports the files it wrote — rank
 ``zero_to_fp32.py``) — so that accel-checkpoint hashes them, lists them in the manifest
 and commits the directory with one atomic rename, with the schedulers, data positions and
 RNG states beside them. Loading runs only after every byte was verified, then calls
-``engine.load_checkpoint``.
+``engine.load_checkpoint``; ZeRO partitions saved by another number of processes are
+refused first (DeepSpeed cannot repartition them, and would raise only after loading the
+weights), naming the two ways out.
 
 Pickles: DeepSpeed's own checkpoint engine reads its ``.pt`` files with
 ``torch.load(weights_only=False)``. While loading, the writer swaps in a checkpoint engine
@@ -87,6 +89,26 @@ class _RestrictedEngine:
         return getattr(self._inner, name)
 
 
+def _check_partitions(path: Path, folder: Path, engine: Any, with_optimizer: bool,
+                      world_size: int) -> None:
+    """Refuse ZeRO partitions of another number of processes before DeepSpeed reads them:
+    DeepSpeed cannot repartition them, and raises only after it has loaded the weights."""
+    ranks = {int(m.group(1)) for p in folder.iterdir() if (m := _RANK_FILE.search(p.name))}
+    saved = max(ranks) + 1 if ranks else None
+    current = getattr(engine, "dp_world_size", world_size)
+    stage3 = engine.zero_optimization_stage() == 3
+    if saved is None or saved == current or not (with_optimizer or stage3):
+        return
+    raise ConfigurationError(
+        f"{path} holds DeepSpeed ZeRO state of {folder.name!r} partitioned over {saved} "
+        f"process(es), but this run has {current}: DeepSpeed cannot repartition ZeRO state "
+        "to another number of processes, so nothing was loaded. Resume it with "
+        f"{saved} processes (accel launch --num_processes {saved}), or take its full fp32 "
+        f"weights with `accel merge-weights {path} OUT --trust_pickles` and load them with "
+        "load_checkpoint_in_model(model, OUT) before accelerator.prepare (the optimizer "
+        "state then starts afresh).")
+
+
 class DeepSpeedWriter:
     """Saves and loads the DeepSpeed engines of a :class:`DeepSpeedStrategy`."""
 
@@ -152,10 +174,13 @@ class DeepSpeedWriter:
         engines = self._engines(objects)
         with_optimizer = {id(self._owner_of_optimizer(o)) for o in objects.values()
                           if not isinstance(o, torch.nn.Module)}
-        for tag, engine in engines.items():
+        for tag, engine in engines.items():  # every engine checked before any loads
             if not (root / tag).is_dir():
                 raise ConfigurationError(f"{path} holds no DeepSpeed checkpoint for {tag!r} "
                                          f"(no {DEEPSPEED_DIR}/{tag}/).")
+            _check_partitions(path, root / tag, engine, id(engine) in with_optimizer,
+                              world_size)
+        for tag, engine in engines.items():
             original = engine.checkpoint_engine
             engine.checkpoint_engine = _RestrictedEngine(original)
             try:
