@@ -219,16 +219,22 @@ class MeshStrategy(Strategy):
         return model
 
     def parallelize(self, model: torch.nn.Module) -> None:
-        """Step 1: tensor parallelism over ``tp`` (a no-op when ``tp_size`` is 1)."""
+        """Step 1: tensor parallelism over ``tp``, then Ulysses over ``sp``: the core
+        attention exchanges sequence for heads (each a no-op at size 1)."""
         config = self.parallelism
-        if not config.tp_enabled:
-            return
-        from accel_parallel.tensor_parallel import apply_tensor_parallel
+        if config.tp_enabled:
+            from accel_parallel.tensor_parallel import apply_tensor_parallel
 
-        handler = config.tp_handler
-        apply_tensor_parallel(model, self._mesh.submesh("tp"),
-                              plan=getattr(handler, "tp_plan", None),
-                              enable_async_tp=bool(getattr(handler, "enable_async_tp", False)))
+            handler = config.tp_handler
+            apply_tensor_parallel(model, self._mesh.submesh("tp"),
+                                  plan=getattr(handler, "tp_plan", None),
+                                  enable_async_tp=bool(getattr(handler, "enable_async_tp",
+                                                               False)))
+        apply_sequence_parallel(model, self._mesh, config)
+
+    def prepare_data_loader(self, dataloader: Any) -> Any:
+        """With ``sp_size > 1``, a loader whose batches are this rank's sequence shards."""
+        return shard_for_sequence_parallel(dataloader, self._mesh, self.parallelism)
 
     def apply_data_parallel(self, model: torch.nn.Module, targets: list[torch.nn.Module], *,
                             evaluation_mode: bool = False) -> torch.nn.Module:
@@ -389,14 +395,3 @@ class ParallelismStrategy(MeshStrategy):
     @property
     def parallelism_config(self) -> ParallelismConfig:
         return self.parallelism
-
-    # -- Ulysses sequence parallelism (accel_parallel.sequence_parallel) ------------------------
-    def parallelize(self, model: torch.nn.Module) -> None:
-        """Tensor parallelism over ``tp``, then Ulysses over ``sp``: the core attention
-        exchanges sequence for heads (each a no-op at size 1)."""
-        super().parallelize(model)
-        apply_sequence_parallel(model, self._mesh, self.parallelism)
-
-    def prepare_data_loader(self, dataloader: Any) -> Any:
-        """With ``sp_size > 1``, a loader whose batches are this rank's sequence shards."""
-        return shard_for_sequence_parallel(dataloader, self._mesh, self.parallelism)
