@@ -4,7 +4,8 @@ A stage is a *shell* of the user's model: a shallow copy of the model (and of ea
 on the path down to the block list) whose block list holds only the stage's blocks, under
 their original indices, and whose other children with parameters are kept on the first
 stage when registered before the block list (the embedding) and on the last stage when
-registered after it (final norm, head), and are ``Identity`` elsewhere. The model's own
+registered after it (final norm, head), and are ``Identity`` elsewhere; children without
+parameters (rotary embeddings, activations) stay on every stage. The model's own
 ``forward`` then runs one stage: on a middle stage the embedding passes the hidden states
 through and the loop visits only that stage's blocks. Parameter names do not change
 (``layers.5.attn.q_proj.weight`` stays that), so optimizers, checkpoints and
