@@ -24,8 +24,8 @@ from accel_checkpoint.tree import flatten_state, unflatten_state
 from accel_state import PartialState
 from accel_state.protocols import Stateful
 
-__all__ = ["indexed", "shared_objects", "ModelSlot", "saved_dataloaders", "scaler_of",
-           "save_accelerator_state", "load_accelerator_state", "save_custom_state",
+__all__ = ["indexed", "shared_objects", "ModelSlot", "LegacyPosition", "saved_dataloaders",
+           "scaler_of", "save_accelerator_state", "load_accelerator_state", "save_custom_state",
            "load_custom_state"]
 
 
@@ -93,19 +93,55 @@ def load_accelerator_state(input_dir: str | os.PathLike[str], models: list[Any],
 
 
 def saved_dataloaders(path: str | os.PathLike[str], dataloaders: list[Any],
-                      saved: dict[str, Any] | None = None) -> dict[str, Any]:
+                      saved: dict[str, Any] | None = None, saved_world: int | None = None,
+                      world: int | None = None) -> dict[str, Any]:
     """The prepared ``Stateful`` loaders whose position the checkpoint at ``path`` holds
-    (``saved``: its manifest's objects, when already read); the others warn."""
+    (``saved``: its manifest's objects, when already read); the others warn. Saved by
+    ``saved_world`` processes and loaded by ``world``, a position from before world-size
+    changes were re-dealt warns what it repeats or skips (:class:`LegacyPosition`)."""
     saved = saved if saved is not None else read_manifest(path).objects
-    found = {}
+    found: dict[str, Any] = {}
     for i, loader in enumerate(dataloaders):
         name = indexed("dataloader", i)
         if name in saved and isinstance(loader, Stateful):
-            found[name] = loader
+            changed = saved_world is not None and world is not None and saved_world != world
+            found[name] = LegacyPosition(loader, name, path, saved_world, world) if changed \
+                else loader
         elif isinstance(loader, Stateful):
             warnings.warn(f"{path} has no position for dataloader {i}; it starts from the "
                           "beginning of its epoch.", stacklevel=3)
     return found
+
+
+class LegacyPosition:
+    """A prepared loader loaded from a checkpoint of another world size. Positions saved
+    by accel-data 0.2.0 or older hold no ``source_batches`` (what all processes consumed),
+    so they resume by the per-process count: say what that repeats or skips. Newer
+    positions are re-dealt exactly by the loader itself."""
+
+    def __init__(self, loader: Any, name: str, path: str | os.PathLike[str],
+                 saved_world: int | None, world: int | None) -> None:
+        self.loader, self.name, self.path = loader, name, path
+        self.saved_world, self.world = saved_world, world
+
+    def state_dict(self) -> Any:
+        return self.loader.state_dict()
+
+    def load_state_dict(self, state: Any) -> None:
+        done = state.get("batches_yielded") if isinstance(state, dict) else None
+        if (isinstance(done, int) and done > 0 and "source_batches" not in state
+                and self.saved_world and self.world):
+            gap = abs(self.saved_world - self.world) * done
+            fate = "seen twice" if self.saved_world > self.world else "skipped"
+            warnings.warn(
+                f"{self.path}: the position of {self.name} (epoch {state.get('epoch')}, "
+                f"{done} batches per process) was saved by accel-data 0.2.0 or older with "
+                f"{self.saved_world} process(es); it records no position for another world "
+                f"size, so with {self.world} each process skips {done} of its batches and "
+                f"about {gap} batches of that epoch are {fate}. Resume it with "
+                f"{self.saved_world} process(es) to continue exactly (positions saved by "
+                "newer versions resume exactly on any number of processes).", stacklevel=2)
+        self.loader.load_state_dict(state)
 
 
 def save_custom_state(obj: Any, path: str | os.PathLike[str], index: int = 0,

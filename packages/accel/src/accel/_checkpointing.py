@@ -264,7 +264,8 @@ def _load_state(accelerator: Any, input_dir: Path, mode: str, trust_pickles: boo
         objects.update(shared_objects(entries, accelerator._optimizers,
                                       accelerator._schedulers, [], scaler_of(accelerator),
                                       accelerator._custom_objects))
-        objects.update(saved_dataloaders(path, accelerator._dataloaders, manifest.objects))
+        objects.update(saved_dataloaders(path, accelerator._dataloaders, manifest.objects,
+                                         manifest.world_size, accelerator.num_processes))
 
     loaded = load(input_dir, objects, verify=mode, prepare=prepare, manifest=manifest,
                          trust_pickles=trust_pickles)
