@@ -72,7 +72,7 @@ from accel_state.state import (
     is_initialized,
 )
 
-__version__ = "0.1.7"
+__version__ = "0.1.8"
 
 
 def wait_for_everyone() -> None:
