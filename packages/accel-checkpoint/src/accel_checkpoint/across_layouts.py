@@ -93,7 +93,9 @@ def _owner(optimizer: torch.optim.Optimizer, modules: dict[str, nn.Module]) -> n
 
 def _param_names(module: nn.Module, optimizer: torch.optim.Optimizer) -> list[str]:
     """The name in ``module`` of each of ``optimizer``'s parameters, in the optimizer's order."""
-    names = {id(p): n for n, p in module.named_parameters(remove_duplicate=False)}
+    names: dict[int, str] = {}
+    for n, p in module.named_parameters(remove_duplicate=False):
+        names.setdefault(id(p), n)  # a tied parameter goes by its first name, as torch's
     order = [p for group in optimizer.param_groups for p in group["params"]]
     missing = [i for i, p in enumerate(order) if id(p) not in names]
     if missing:
