@@ -77,6 +77,19 @@ def test_deepspeed_json_as_config_file_runs_deepspeed(tmp_path: Path) -> None:
         _plan("--config_file", str(ds), "--zero_stage", "2", "t.py")
 
 
+def test_pipeline_flags_reach_the_workers() -> None:
+    env = _plan("--use_parallelism_config", "--parallelism_config_pp_size", "2",
+                "--parallelism_config_pp_schedule", "interleaved_1f1b",
+                "--parallelism_config_pp_num_microbatches", "8",
+                "--parallelism_config_pp_stages_per_rank", "2", "t.py").env
+    expected = {"PARALLELISM_CONFIG_PP_SIZE": "2", "ACCEL_PARALLELISM_CONFIG_PP_SIZE": "2",
+                "PARALLELISM_CONFIG_PP_SCHEDULE": "interleaved_1f1b",
+                "PARALLELISM_CONFIG_PP_NUM_MICROBATCHES": "8",
+                "PARALLELISM_CONFIG_PP_STAGES_PER_RANK": "2"}
+    for key, value in expected.items():
+        assert env.get(key) == value, (key, env.get(key))
+
+
 def test_every_plugin_flag_reaches_the_workers_under_accelerate_names() -> None:
     env = _plan("--use_fsdp", "--fsdp_version", "2", "--fsdp-offload-params", "true",
                 "--fsdp_auto_wrap_policy", "SIZE_BASED_WRAP", "--fsdp_min_num_params", "100",

@@ -10,7 +10,8 @@ __all__ = ["DYNAMO_BACKENDS", "PLUGIN_GROUPS"]
 
 _MEGATRON = ("Megatron-LM's role is played by torch-native parallelism in accel: use "
              "--use_parallelism_config --parallelism_config_tp_size N (tensor and sequence "
-             "parallel) and torch.distributed.pipelining for pipeline stages (docs/parallel.md).")
+             "parallel) and --parallelism_config_pp_size N for pipeline stages "
+             "(docs/parallel.md).")
 _TPU = "TPU (torch_xla) training is not supported by accel; run on CPU or CUDA devices."
 _IPEX = ("Intel Extension for PyTorch (IPEX) and Intel XPU devices are not supported by accel "
          "(older Accelerate flags): drop the flag; accel runs on CPU (plain torch) or CUDA "

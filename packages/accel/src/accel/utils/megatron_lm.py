@@ -31,8 +31,8 @@ MEGATRON_LM_REFUSAL = (
     "Megatron-LM is not supported by accel; its role is played by torch-native parallelism. "
     "Use Accelerator(parallelism_config=ParallelismConfig(tp_size=N, dp_shard_size=M)) for "
     "tensor/sequence parallelism on FSDP2 (`accel launch --use_parallelism_config "
-    "--parallelism_config_tp_size N`), and torch.distributed.pipelining for pipeline stages "
-    "(docs/parallel.md).")
+    "--parallelism_config_tp_size N`), and ParallelismConfig(pp_size=N) for pipeline stages "
+    "(`--parallelism_config_pp_size N`; docs/parallel.md).")
 
 #: Accelerate's registry of model-config parsers for Megatron-LM: empty, nothing registers.
 MODEL_CONFIGS_TO_MEGATRON_PARSERS: dict[str, Any] = {}
