@@ -1,6 +1,7 @@
 """Pipeline-parallel training (ParallelismConfig(pp_size=2)) with real processes (gloo)
 through `accel launch`: every schedule, and 2 stages x DP 2 with save/load/resume, equal to
-one process (scripts/pipeline_train.py says what each line checks)."""
+one process, and 2 x 2 interleaved stages x TP 2 (scripts/pipeline_train.py says what each
+line checks)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,6 @@ def test_two_stages_times_dp2_on_four_processes_and_exact_resume(explain, launch
     assert proc.returncode == 0, explain(proc)
     out = proc.stdout
     for rank in range(4):
-        for check in ("PP-REPLICATE", "PP-FSDP", "RESUME"):
+        for check in ("PP-REPLICATE", "PP-TP", "PP-FSDP", "RESUME"):
             assert f"{check}-OK rank={rank}" in out, explain(proc)
     assert out.count("PIPELINE-pp_dp-DONE") == 4, explain(proc)

@@ -4,7 +4,7 @@ argv: MODE OUT_DIR. MODE ``schedules`` (2 processes): GPipe (with manual split p
 1F1B and interleaved 1F1B (2 stages per rank) on the tiny Llama, each loss curve equal to
 the one-process run; the whole model's ``get_state_dict``; the backward contract's errors;
 the split error. MODE ``pp_dp`` (4 processes): 2 stages x FSDP2 over 2 (and 2 stages x
-2 replicas), loss curves equal to one process, then save_state / load_state of the staged
+2 replicas, and interleaved 2 x 2 stages x TP 2), loss curves equal to one process, then save_state / load_state of the staged
 model: the state after load equals the state saved and the resumed run continues
 identically. Every check prints one ``...-OK rank=R`` line.
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 from accel import Accelerator, DataLoaderConfiguration
-from accel_parallel import ParallelismConfig
+from accel_parallel import ParallelismConfig, TorchTensorParallelConfig
 from accel_parallel.pipeline import PipelineParallelConfig
 from accel_state.errors import ConfigurationError
 from tiny_llama import lm_loss, tiny_llama, token_batches
@@ -156,6 +156,16 @@ def pp_dp(rank: int, out: Path) -> None:
         ParallelismConfig(pp_size=2, dp_replicate_size=2, pp_handler=handler), split=True)
     check_curve("PP-REPLICATE", [step(accelerator, model, optimizer, b) for b in batches],
                 want, rank)
+    tp_plan = {"layers.*.attn.q_proj": "colwise", "layers.*.attn.k_proj": "colwise",
+               "layers.*.attn.v_proj": "colwise", "layers.*.attn.o_proj": "rowwise",
+               "layers.*.mlp.gate_proj": "colwise", "layers.*.mlp.up_proj": "colwise",
+               "layers.*.mlp.down_proj": "rowwise"}
+    handler = PipelineParallelConfig(schedule="interleaved_1f1b", loss_fn=lm_loss)
+    accelerator, model, _, batches = prepared(ParallelismConfig(
+        pp_size=2, tp_size=2, pp_handler=handler,
+        tp_handler=TorchTensorParallelConfig(tp_plan=tp_plan)))
+    assert accelerator.strategy.parallel_sizes["tp"] == 2
+    check_curve("PP-TP", [step(accelerator, model, _, b) for b in batches], want, rank)
     handler = PipelineParallelConfig(schedule="1f1b", num_microbatches=2, loss_fn=lm_loss)
     accelerator, model, optimizer, batches = prepared(
         ParallelismConfig(pp_size=2, dp_shard_size=2, pp_handler=handler), split=True)

@@ -204,9 +204,7 @@ class MeshStrategy(Strategy):
         source = weights_to_broadcast(model, self.plugin, on_meta, self.state.is_main_process)
         self.parallelize(model)
         if source is None and self.parallelism.non_data_parallel_size > 1:
-            from accel_parallel.tensor_parallel import broadcast_unsharded
-
-            broadcast_unsharded(model)  # the TP ranks compute the whole weights redundantly
+            self.broadcast_unsharded(model)  # the TP ranks compute the whole weights redundantly
         targets = self.plugin.modules_to_shard(model)
         if self.plugin.activation_checkpointing:
             apply_activation_checkpointing(targets or [model])
@@ -217,6 +215,13 @@ class MeshStrategy(Strategy):
         if source is not None:
             broadcast_from_main(model, source)
         return model
+
+    def broadcast_unsharded(self, model: torch.nn.Module) -> None:
+        """Make the weights TP left whole equal everywhere: rank 0's, over every process
+        (the pipeline strategy narrows it to the ranks of one pipeline position)."""
+        from accel_parallel.tensor_parallel import broadcast_unsharded
+
+        broadcast_unsharded(model)
 
     def parallelize(self, model: torch.nn.Module) -> None:
         """Step 1: tensor parallelism over ``tp``, then Ulysses over ``sp``: the core

@@ -82,19 +82,19 @@ def apply_tensor_parallel(model: torch.nn.Module, tp_mesh: Any,
     return resolved
 
 
-def broadcast_unsharded(model: torch.nn.Module, src: int = 0) -> None:
-    """Give every process rank ``src``'s values of the parameters and buffers tensor
-    parallelism left whole (plain tensors): the TP ranks compute them redundantly, so they
-    must start equal even when each process initialised its model differently. (Sharded
-    ones already came from rank 0 through ``parallelize_module``.)"""
+def broadcast_unsharded(model: torch.nn.Module, src: int = 0, group: Any = None) -> None:
+    """Give every process of ``group`` (default: all) global rank ``src``'s values of the
+    parameters and buffers tensor parallelism left whole (plain tensors): the TP ranks compute
+    them redundantly, so they must start equal even when each process initialised its model
+    differently. (Sharded ones already came from rank 0 through ``parallelize_module``.)"""
     import torch.distributed as dist
 
-    if not dist.is_initialized() or dist.get_world_size() == 1:
+    if not dist.is_initialized() or dist.get_world_size(group) == 1:
         return
     with torch.no_grad():
         for tensor in (*model.parameters(), *model.buffers()):
             if not hasattr(tensor, "to_local"):  # a DTensor is already consistent
-                dist.broadcast(tensor.data, src=src)
+                dist.broadcast(tensor.data, src=src, group=group)
 
 
 def _placement_key(grad: torch.Tensor) -> Any:

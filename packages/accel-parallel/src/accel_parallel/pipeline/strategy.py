@@ -64,6 +64,7 @@ class PipelineStrategy(ParallelismStrategy):
         self.plugin = copy.copy(self.plugin)
         self.plugin.sync_module_states = False
         self._pipelines: list[PipelinedModel] = []
+        self._position: Any = None
         #: id -> weak reference of the parameters other ranks' stages hold (pruned from
         #: optimizers); weak, so the user's full model can still be freed
         self._foreign: dict[int, weakref.ref[torch.nn.Parameter]] = {}
@@ -131,6 +132,26 @@ class PipelineStrategy(ParallelismStrategy):
                                   self.state.device, name, key_order)
         self._pipelines.append(pipeline)
         return pipeline
+
+    def broadcast_unsharded(self, model: torch.nn.Module) -> None:
+        """The weights TP left whole, from the first rank of this pipeline position (the
+        other positions hold other stages)."""
+        import torch.distributed as dist
+
+        from accel_parallel.tensor_parallel import broadcast_unsharded
+
+        group = self._position_group()
+        broadcast_unsharded(model, src=dist.get_global_rank(group, 0), group=group)
+
+    def _position_group(self) -> Any:
+        """The process group of the ranks that share this rank's pipeline position."""
+        if self._position is None:
+            import torch.distributed as dist
+
+            ranks = self._mesh.mesh.mesh  # global ranks, ``pp`` the first dimension
+            positions = [ranks[i].flatten().tolist() for i in range(ranks.shape[0])]
+            self._position, _ = dist.new_subgroups_by_enumeration(positions)
+        return self._position
 
     def _broadcast_stage(self, shell: torch.nn.Module) -> None:
         """The stage's weights from its first data-parallel replica (before sharding)."""
