@@ -90,7 +90,7 @@ class EngineStrategy(Strategy):
         assert self.engine is not None
         self.engine.zero_grad()
 
-    def accumulation_context(self, models: Any, sync: bool) -> Any:
+    def accumulation_context(self, models: Any, micro_step: Any) -> Any:
         return contextlib.nullcontext()  # the engine defers its reduction by itself
 
     def unwrap_model(self, model: torch.nn.Module, keep_fp32_wrapper: bool = True,

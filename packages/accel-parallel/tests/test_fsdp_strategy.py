@@ -12,7 +12,7 @@ from accel_parallel import (
 )
 from accel_parallel.fsdp import CheckpointedForward
 from accel_precision import BF16Precision, NoPrecision
-from accel_state import ConfigurationError
+from accel_state import ConfigurationError, MicroStep
 
 
 def test_fsdp_is_chosen_by_its_plugin_and_runs_in_one_process(state):
@@ -43,8 +43,11 @@ def test_fsdp_shards_a_model_on_a_one_process_group(state, gloo_group):
     out = model(torch.ones(2, 4))
     assert out.dtype == torch.float32  # bf16 compute, fp32 output (the precision's policy)
     out.sum().backward()
-    with strategy.accumulation_context([model], sync=False):
-        pass
+    accumulating = MicroStep()
+    accumulating.sync = accumulating.reduce = False
+    with strategy.accumulation_context([model], accumulating):
+        assert id(model) in strategy._unsynced  # FSDP2 keeps the gradients unreduced
+    assert not strategy._unsynced
     norm = strategy.clip_grad_norm_(model.parameters(), 1e3)
     assert type(norm) is torch.Tensor and norm > 0
     assert strategy.parallel_sizes == {"dp_replicate": 1, "dp_shard": 1}

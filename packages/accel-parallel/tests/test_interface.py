@@ -10,13 +10,14 @@ from accel_parallel import (
     DDPStrategy,
     PrepareRequest,
     SingleDeviceStrategy,
+    BOUNDARY,
     Strategy,
     StrategyConfig,
     rebind_optimizer,
     select_strategy,
 )
 from accel_precision import BF16Precision, NoPrecision
-from accel_state import ConfigurationError, DistributedType, GradientState
+from accel_state import ConfigurationError, DistributedType, GradientState, MicroStep
 
 
 def _config(state, **kwargs):
@@ -161,10 +162,15 @@ def test_topology_and_checkpoint_defaults(state):
 def test_accumulation_context_defers_sync_through_no_sync(state, gloo_group):
     strategy = DDPStrategy(state)
     model = strategy.prepare_model(torch.nn.Linear(2, 2))
-    with strategy.accumulation_context([model], sync=False):
+    accumulating = MicroStep()
+    accumulating.sync = accumulating.reduce = False
+    with strategy.accumulation_context([model], accumulating):
         assert model.require_backward_grad_sync is False
     assert model.require_backward_grad_sync is True
-    with strategy.accumulation_context([model], sync=True):
+    accumulating.reduce = True  # sync_each_batch: reduced although the cycle goes on
+    with strategy.accumulation_context([model], accumulating):
+        assert model.require_backward_grad_sync is True
+    with strategy.accumulation_context([model], BOUNDARY):
         assert model.require_backward_grad_sync is True
     GradientState._reset_state()
 
@@ -178,9 +184,9 @@ def test_plain_models_are_not_sharded_and_checkpoint_replicated(state):
 
 
 def test_no_strategy_reads_the_process_wide_gradient_state():
-    """The accumulation boundary reaches strategies through the interface (``backward``'s
-    ``sync_gradients``, ``accumulation_context``'s ``sync``, the request's
-    ``accumulation_steps``), never through ``accel_state.GradientState``."""
+    """The accumulation boundary reaches strategies through the interface (the
+    ``MicroStep`` given to ``backward``, ``accumulation_context`` and ``should_step``, the
+    request's ``accumulation_steps``), never through ``accel_state.GradientState``."""
     import ast
     from pathlib import Path
 
@@ -216,6 +222,9 @@ def test_backward_hands_the_boundary_to_the_strategy(state):
             pass
 
     strategy.engines["default"] = strategy._trained["default"] = Engine()
-    strategy.backward(torch.ones(()), accumulation_steps=4, sync_gradients=False)
-    strategy.backward(torch.ones(()), accumulation_steps=4, sync_gradients=True)
+    micro = MicroStep()
+    micro.sync = micro.reduce = False
+    strategy.backward(torch.ones(()), accumulation_steps=4, micro_step=micro)
+    strategy.backward(torch.ones(()), accumulation_steps=4)  # a direct call: a boundary
     assert seen == [False, True]
+    assert not strategy.should_step(micro) and strategy.should_step(BOUNDARY)

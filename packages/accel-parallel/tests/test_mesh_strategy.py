@@ -28,7 +28,8 @@ def test_the_data_parallel_step_is_the_one_the_mesh_asks_for(sizes, sharding, st
 def test_both_presets_are_the_mesh_strategy_with_its_one_order():
     for preset in (FSDP2Strategy, ParallelismStrategy):
         assert issubclass(preset, MeshStrategy)
-        for hook in ("prepare_model", "parallelize", "apply_data_parallel", "no_sync", "join"):
+        for hook in ("prepare_model", "parallelize", "apply_data_parallel", "no_sync",
+                     "sync_in_backward", "join", "prepare_data_loader"):
             assert getattr(preset, hook) is getattr(MeshStrategy, hook), (preset, hook)
     assert not issubclass(ParallelismStrategy, FSDP2Strategy)
 

@@ -66,3 +66,45 @@ def test_steps_and_plugin_together_are_refused():
                     gradient_accumulation_plugin=GradientAccumulationPlugin(num_steps=2))
     with pytest.raises(ConfigurationError, match="num_steps=None"):
         Accelerator(cpu=True, gradient_accumulation_plugin=GradientAccumulationPlugin())
+
+
+def test_the_boundary_reaches_the_strategy_and_its_should_step_rules_the_wrappers(monkeypatch):
+    """``accumulate()`` hands one MicroStep (sync, reduce, index, end of the loader) to the
+    strategy's accumulation_context and backward; the prepared optimizer and scheduler step
+    when the strategy's should_step says so, not by reading GradientState."""
+    from accel_parallel import SingleDeviceStrategy
+
+    seen: list[tuple] = []
+
+    class EveryOther(SingleDeviceStrategy):  # steps on every second batch of a cycle of 4
+        def accumulation_context(self, models, micro_step):
+            seen.append((micro_step.sync, micro_step.reduce, micro_step.index,
+                         micro_step.end_of_dataloader))
+            return super().accumulation_context(models, micro_step)
+
+        def backward(self, loss, *, accumulation_steps=1, micro_step=None, **kwargs):
+            assert micro_step is accelerator.gradient_state.micro_step
+            super().backward(loss, accumulation_steps=accumulation_steps, **kwargs)
+
+        def should_step(self, micro_step):
+            return micro_step.sync or micro_step.index % 2 == 0
+
+    accelerator = Accelerator(cpu=True, gradient_accumulation_plugin=GradientAccumulationPlugin(
+        num_steps=4, sync_each_batch=True))
+    monkeypatch.setattr(accelerator, "_strategy", EveryOther(accelerator.state))
+    model = nn.Linear(2, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1)
+    loader = DataLoader(TensorDataset(torch.ones(5, 2)), batch_size=1)
+    model, optimizer, scheduler, loader = accelerator.prepare(model, optimizer, scheduler, loader)
+    steps = []
+    for (x,) in loader:
+        with accelerator.accumulate(model):
+            accelerator.backward(model(x).sum())
+            optimizer.step()
+            scheduler.step()
+            steps.append(scheduler.scheduler.last_epoch)
+            optimizer.zero_grad()
+    assert seen == [(False, True, 1, False), (False, True, 2, False), (False, True, 3, False),
+                    (True, True, 4, False), (True, True, 0, True)]  # reduce: sync_each_batch
+    assert steps == [0, 1, 1, 2, 3]  # batches 2 and 4 (index even) and the loader's last

@@ -33,7 +33,14 @@ from accel_parallel.rebind import parameter_moves, rebind_optimizer
 from accel_parallel.selection import StrategyConfig, select_strategy, strategy_handler_kinds
 from accel_parallel.sequence_parallel import DeepSpeedSequenceParallelConfig
 from accel_parallel.single import SingleDeviceStrategy
-from accel_parallel.strategy import NO_CONTEXT, STRATEGIES, PrepareRequest, Strategy, SupportsNoSync
+from accel_parallel.strategy import (
+    BOUNDARY,
+    NO_CONTEXT,
+    STRATEGIES,
+    PrepareRequest,
+    Strategy,
+    SupportsNoSync,
+)
 from accel_parallel.ulysses_data import sequence_parallel_mean
 from accel_parallel.unwrap import extract_model_from_parallel, is_sharded_model
 
@@ -48,7 +55,7 @@ __all__ = [
     "PrepareRequest", "SingleDeviceStrategy", "Strategy", "StrategyConfig", "SupportsNoSync",
     "extract_model_from_parallel", "is_sharded_model", "parameter_moves", "rebind_optimizer",
     "select_strategy", "strategy_handler_kinds", "DeepSpeedPlugin", "DeepSpeedStrategy", "DummyOptim", "DummyScheduler",
-    "HfDeepSpeedConfig", "DeepSpeedSequenceParallelConfig", "NO_CONTEXT",
+    "HfDeepSpeedConfig", "DeepSpeedSequenceParallelConfig", "NO_CONTEXT", "BOUNDARY",
     "sequence_parallel_mean",
 ]
 

@@ -28,12 +28,12 @@ from accel_parallel.deepspeed_runtime import (
     import_deepspeed,
     require_deepspeed,
 )
-from accel_parallel.strategy import NO_CONTEXT, PrepareRequest, Strategy
+from accel_parallel.strategy import BOUNDARY, NO_CONTEXT, PrepareRequest, Strategy
 from accel_parallel.unwrap import extract_model_from_parallel
 
 if TYPE_CHECKING:
     from accel_precision import Precision
-    from accel_state import PartialState
+    from accel_state import MicroStep, PartialState
 
     from accel_parallel.selection import StrategyConfig
 
@@ -265,12 +265,12 @@ class DeepSpeedStrategy(Strategy):
         return engine
 
     def backward(self, loss: torch.Tensor, *, accumulation_steps: int = 1,
-                 sync_gradients: bool = True, **kwargs: Any) -> None:
+                 micro_step: MicroStep = BOUNDARY, **kwargs: Any) -> None:
         """The engine's backward and step. The engine divides the loss by its accumulation
         steps (the Accelerator's), reduces the gradients and steps (clipping, optimizer,
-        scheduler) only at the boundary ``accumulate()`` says (``sync_gradients``)."""
+        scheduler) only at the boundary ``accumulate()`` says (``micro_step.sync``)."""
         engine = self._engine()
-        engine.set_gradient_accumulation_boundary(sync_gradients)
+        engine.set_gradient_accumulation_boundary(micro_step.sync)
         engine.backward(loss, **kwargs)
         skipped = engine.skipped_steps
         engine.step()
@@ -313,7 +313,7 @@ class DeepSpeedStrategy(Strategy):
         return NO_CONTEXT  # the engine defers its reduction to the boundary by itself
 
     def accumulation_context(self, models: Any,
-                             sync: bool) -> contextlib.AbstractContextManager[Any]:
+                             micro_step: MicroStep) -> contextlib.AbstractContextManager[Any]:
         return NO_CONTEXT
 
     def unwrap_model(self, model: torch.nn.Module, keep_fp32_wrapper: bool = True,

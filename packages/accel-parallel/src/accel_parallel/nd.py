@@ -109,8 +109,8 @@ class MeshStrategy(Strategy):
     name = "mesh"
 
     def __init__(self, state: PartialState, *, precision: Precision | None = None,
-                 parallelism: ParallelismConfig, plugin: FullyShardedDataParallelPlugin | None = None,
-                 sharding: bool = True, ddp_kwargs: Any = None, **options: Any) -> None:
+                 parallelism: ParallelismConfig,
+                 plugin: FullyShardedDataParallelPlugin | None = None, sharding: bool = True, ddp_kwargs: Any = None, **options: Any) -> None:
         super().__init__(state, precision=precision, **options)
         if plugin is None:
             from accel_parallel.fsdp_plugin import FullyShardedDataParallelPlugin

@@ -10,8 +10,9 @@ A strategy owns:
   simple, an engine overrides :meth:`prepare` to initialise everything at once;
 - **the step**: :meth:`backward` (with accumulation division and loss scaling),
   :meth:`optimizer_step`, :meth:`zero_grad`, :meth:`unscale_gradients`, clipping, the
-  accumulation boundary (:meth:`accumulation_context`, which ``no_sync`` implements for
-  DDP) and :meth:`unwrap_model`;
+  accumulation boundary (a :class:`~accel_state.MicroStep` handed to :meth:`backward`,
+  :meth:`accumulation_context` (which ``no_sync`` implements for DDP) and
+  :meth:`should_step`) and :meth:`unwrap_model`;
 - **the topology** the data side uses: the data-parallel rank, size and group
   (:attr:`dp_rank`, :attr:`dp_size`, :attr:`dp_group`), the per-dimension ranks and
   :attr:`distributed_type`;
@@ -30,7 +31,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 import torch
 from accel_precision import NoPrecision, Precision
-from accel_state import Registry
+from accel_state import MicroStep, Registry
 
 from accel_parallel.compile import compile_model, has_compiled_regions, is_compiled_module
 from accel_parallel.rebind import parameter_moves, rebind_optimizer
@@ -43,11 +44,14 @@ if TYPE_CHECKING:
     from accel_parallel.compile import TorchDynamoPlugin
     from accel_parallel.selection import StrategyConfig
 
-__all__ = ["Strategy", "SupportsNoSync", "STRATEGIES", "PrepareRequest", "NO_CONTEXT"]
+__all__ = ["Strategy", "SupportsNoSync", "STRATEGIES", "PrepareRequest", "NO_CONTEXT", "BOUNDARY"]
 
 #: The shared no-op context the base hooks return (entering it has no state): a caller on a
 #: hot path may skip entering it, as ``accumulate()`` does on every micro-step.
 NO_CONTEXT = contextlib.nullcontext()
+#: A batch outside ``accumulate()``'s cycles: it syncs and the optimizers step (the default
+#: ``micro_step`` of a direct :meth:`Strategy.backward` call). Never modified.
+BOUNDARY = MicroStep()
 
 
 @dataclass
@@ -220,16 +224,22 @@ class Strategy:
 
     # -- the step -----------------------------------------------------------------------------
     def backward(self, loss: torch.Tensor, *, accumulation_steps: int = 1,
-                 sync_gradients: bool = True, **kwargs: Any) -> None:
+                 micro_step: MicroStep = BOUNDARY, **kwargs: Any) -> None:
         """Backward of ``loss`` divided by ``accumulation_steps`` (so accumulated gradients
         are the mean over the large batch) and scaled by the precision (fp16).
-        ``sync_gradients``: whether this micro-step ends an accumulation cycle (its gradients
-        are reduced and the optimizer steps); the facade passes it from ``accumulate()``, so no
-        strategy reads the process-wide ``GradientState``. Here the reduction is deferred by
-        :meth:`no_sync` around the forward, and the flag is not needed."""
+        ``micro_step``: this batch's place in accumulation (whether it ends a cycle, its
+        index, whether it is the dataloader's last), as ``accumulate()`` decided it; the
+        facade passes it, so no strategy reads the process-wide ``GradientState``. Here the
+        reduction is deferred by :meth:`no_sync` around the forward, and it is not needed."""
         if accumulation_steps > 1:
             loss = loss / accumulation_steps
         self.precision.pre_backward(loss).backward(**kwargs)
+
+    def should_step(self, micro_step: MicroStep) -> bool:
+        """Whether the prepared optimizers and schedulers step after this batch: at the end
+        of an accumulation cycle (``micro_step.sync``). A strategy with another rule (an
+        engine that decides its own boundary) overrides it; the wrappers only ask."""
+        return micro_step.sync
 
     @property
     def scaler(self) -> torch.amp.GradScaler | None:
@@ -295,10 +305,10 @@ class Strategy:
         return NO_CONTEXT
 
     def accumulation_context(self, models: tuple[torch.nn.Module, ...] | list[torch.nn.Module],
-                             sync: bool) -> contextlib.AbstractContextManager[Any]:
-        """Context of one micro-step inside ``accumulate()``; ``sync`` is False when this
-        batch only accumulates (the gradient reduction can wait for the boundary)."""
-        if sync or not models or not self._defers_sync:
+                             micro_step: MicroStep) -> contextlib.AbstractContextManager[Any]:
+        """Context of one micro-step inside ``accumulate()``; ``micro_step.reduce`` is False
+        when this batch only accumulates (the gradient reduction can wait for the boundary)."""
+        if micro_step.reduce or not models or not self._defers_sync:
             return NO_CONTEXT
         return self._without_sync(models)
 

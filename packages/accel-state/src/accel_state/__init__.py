@@ -62,6 +62,7 @@ from accel_state.random import (
     synchronize_rng_state,
     synchronize_rng_states,
 )
+from accel_state.gradient_state import MicroStep
 from accel_state.protocols import Stateful
 from accel_state.registry import Registry
 from accel_state.state import (
@@ -85,7 +86,7 @@ __all__ = [
     "ComputeEnvironment", "ConfigurationError", "DistributedError",
     "DistributedOperationException", "DistributedType", "EnumWithContains", "GatheredParameters",
     "GradientAccumulationPlugin", "GradientState", "InitProcessGroupKwargs", "KwargsHandler", "LaunchError",
-    "MissingDependencyError", "PartialState", "RNGType", "Registry", "SageMakerDistributedType",
+    "MicroStep", "MissingDependencyError", "PartialState", "RNGType", "Registry", "SageMakerDistributedType",
     "SharedDict", "Stateful", "TensorInformation", "ThreadLocalSharedDict", "broadcast",
     "broadcast_object_list", "capture_rng_state", "chained_operation", "concatenate",
     "convert_outputs_to_fp32", "convert_to_fp32", "copy_tensor_to_devices", "find_batch_size",

@@ -216,7 +216,8 @@ class Accelerator(ProcessMixin, PrecisionMixin, DataMixin, _ckpt.CheckpointingMi
     def _adopt_optimizer(self, optimizer: torch.optim.Optimizer,
                          placement: bool) -> AcceleratedOptimizer:
         prepared = AcceleratedOptimizer(optimizer, device_placement=placement,
-                                        scaler=self._strategy.scaler, strategy=self._strategy)
+                                        scaler=self._strategy.scaler, strategy=self._strategy,
+                                        micro_step=self.gradient_state.micro_step)
         prepared._is_accelerate_prepared = True
         self._optimizers.append(prepared)
         return prepared
@@ -226,7 +227,9 @@ class Accelerator(ProcessMixin, PrecisionMixin, DataMixin, _ckpt.CheckpointingMi
         prepared = AcceleratedScheduler(scheduler, own or self._optimizers,
                                         step_with_optimizer=self.step_scheduler_with_optimizer,
                                         split_batches=self.split_batches,
-                                        num_processes=self._strategy.dp_size)
+                                        num_processes=self._strategy.dp_size,
+                                        strategy=self._strategy,
+                                        micro_step=self.gradient_state.micro_step)
         prepared._is_accelerate_prepared = True
         self._schedulers.append(prepared)
         return prepared
@@ -274,7 +277,7 @@ class Accelerator(ProcessMixin, PrecisionMixin, DataMixin, _ckpt.CheckpointingMi
             return self.lomo_backward(loss, kwargs["learning_rate"])  # accel/_lomo.py
         gradient_state = self.gradient_state
         self._strategy.backward(loss, accumulation_steps=gradient_state.num_steps,
-                                sync_gradients=gradient_state.sync_gradients, **kwargs)
+                                micro_step=gradient_state.micro_step, **kwargs)
 
     def accumulate(self, *models: torch.nn.Module) -> contextlib.AbstractContextManager[Any]:
         """Accumulate gradients over ``gradient_accumulation_steps`` batches per optimizer step.
@@ -342,8 +345,7 @@ class _Accumulation:
         accelerator = self.accelerator
         state = accelerator.gradient_state
         accelerator.step = state._advance(accelerator.step)
-        context = accelerator._strategy.accumulation_context(
-            self.models, state.sync_gradients or state.sync_each_batch)
+        context = accelerator._strategy.accumulation_context(self.models, state.micro_step)
         if context is NO_CONTEXT:  # nothing to defer: not entered (two calls per micro-step)
             return None
         self.context = context

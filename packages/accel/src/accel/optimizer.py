@@ -1,8 +1,9 @@
 """``AcceleratedOptimizer``: the user's optimizer, stepping only on gradient-sync steps.
 
-How a step is taken (loss scaling, an engine's own step) is the strategy's: the optimizer
-calls :meth:`accel_parallel.Strategy.optimizer_step` / ``zero_grad`` and never asks which
-strategy it is.
+Whether to step and how (loss scaling, an engine's own step) is the strategy's: the
+optimizer asks :meth:`accel_parallel.Strategy.should_step` about the Accelerator's
+:class:`~accel_state.MicroStep`, calls ``optimizer_step`` / ``zero_grad``, and never asks
+which strategy it is.
 """
 
 from __future__ import annotations
@@ -31,10 +32,14 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
     """
 
     def __init__(self, optimizer: torch.optim.Optimizer, device_placement: bool = True,
-                 scaler: Any = None, *, strategy: Any = None) -> None:
+                 scaler: Any = None, *, strategy: Any = None, micro_step: Any = None) -> None:
         self.optimizer = optimizer
         self.scaler = scaler
+        #: Accelerate's view of the accumulation state (kept for code that reads it)
         self.gradient_state = GradientState()
+        # the batch's place in accumulation, given by the Accelerator (by hand: the process's)
+        self._micro_step = micro_step if micro_step is not None \
+            else self.gradient_state.micro_step
         self.device_placement = device_placement
         self._is_overflow = False
         self._accelerate_step_called = False
@@ -83,8 +88,13 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         self.optimizer.load_state_dict(state_dict)
 
     # Stepping ---------------------------------------------------------------------------------
+    def _should_step(self) -> bool:
+        strategy = self._strategy
+        micro = self._micro_step
+        return micro.sync if strategy is None else strategy.should_step(micro)
+
     def zero_grad(self, set_to_none: bool = True) -> None:
-        if not self.gradient_state.sync_gradients:
+        if not self._should_step():
             return
         if self._strategy is not None:
             self._strategy.zero_grad(self.optimizer, set_to_none)
@@ -93,7 +103,7 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
 
     def step(self, closure: Any = None) -> Any:
         """Step the wrapped optimizer, except on accumulation micro-steps."""
-        if not self.gradient_state.sync_gradients:
+        if not self._should_step():
             return None
         self._accelerate_step_called = True
         if self._before_step is not None:

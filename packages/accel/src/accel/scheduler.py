@@ -21,7 +21,8 @@ class AcceleratedScheduler:
     """
 
     def __init__(self, scheduler: Any, optimizers: Any, step_with_optimizer: bool = True,
-                 split_batches: bool = False, *, num_processes: int | None = None) -> None:
+                 split_batches: bool = False, *, num_processes: int | None = None,
+                 strategy: Any = None, micro_step: Any = None) -> None:
         self.scheduler = scheduler
         self.optimizers = optimizers if isinstance(optimizers, (list, tuple)) else [optimizers]
         self.split_batches = split_batches
@@ -29,13 +30,20 @@ class AcceleratedScheduler:
         #: strategy's ``dp_size``); None: every process
         self.num_processes = num_processes
         self.step_with_optimizer = step_with_optimizer
+        #: Accelerate's view of the accumulation state; its plugin says ``adjust_scheduler``
         self.gradient_state = GradientState()
+        #: the Accelerator's strategy, asked whether this batch steps (None: at a boundary)
+        self._strategy = strategy
+        self._micro_step = micro_step if micro_step is not None \
+            else self.gradient_state.micro_step
 
     def step(self, *args: Any, **kwargs: Any) -> None:
         if not self.step_with_optimizer:
             self.scheduler.step(*args, **kwargs)
             return
-        if not self.gradient_state.sync_gradients:
+        micro = self._micro_step
+        steps = micro.sync if self._strategy is None else self._strategy.should_step(micro)
+        if not steps:
             if self.gradient_state.adjust_scheduler:
                 self.scheduler._step_count += 1
             return
