@@ -244,9 +244,11 @@ def test_bad_position_is_refused_and_changes_nothing():
     loader = _world(2, "sequential")[0]
     _take(loader, 2)
     state = loader.state_dict()
-    with pytest.raises(ConfigurationError, match="Not a dataloader state"):
-        loader.load_state_dict({"epoch": 0, "batches_yielded": 1, "source_batches": "x"})
-    assert loader.state_dict() == state
+    for bad in ({"source_batches": "x"}, {"source_batches": -2},
+                {"source_batches": 2, "num_processes": 0}):
+        with pytest.raises(ConfigurationError, match="Not a dataloader state"):
+            loader.load_state_dict({"epoch": 0, "batches_yielded": 1, **bad})
+        assert loader.state_dict() == state
 
 
 @pytest.mark.parametrize("data", ["map", "stream"])

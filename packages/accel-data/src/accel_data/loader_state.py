@@ -174,6 +174,11 @@ class DataLoaderStateMixin:
             raise ConfigurationError(
                 f"Not a dataloader state: {state_dict!r} lacks an int 'epoch' and "
                 "'batches_yielded'; pass what this loader's state_dict() returned.") from error
+        if (consumed is not None and consumed < 0) or (world is not None and world < 1):
+            raise ConfigurationError(
+                f"Not a dataloader state: source_batches={consumed!r} and num_processes="
+                f"{world!r} must be a non-negative and a positive int; pass what this "
+                "loader's state_dict() returned.")
         if consumed is None:  # saved by accel-data <= 0.2.0 (or at an epoch start)
             return epoch, done, 0, bool(done)
         skip, start = placement(self, consumed, world, epoch)
