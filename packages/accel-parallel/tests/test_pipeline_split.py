@@ -90,7 +90,8 @@ def test_plan_even_uneven_and_manual() -> None:
         plan_stages(model, 3, split_points=["model.layers.3", "model.layers.2"])
     with pytest.raises(ConfigurationError, match="5 block.*fewer than the 8 pipeline stages"):
         plan_stages(model, 8)
-    with pytest.raises(ConfigurationError, match=r"layers='head'\) does not name a ModuleList of Outer \(found Linear"):
+    with pytest.raises(ConfigurationError,
+                       match=r"layers='head'\) does not name a ModuleList of Outer \(found Linear"):
         plan_stages(model, 2, path="head")
 
 
