@@ -3,7 +3,7 @@
 argv: MODE OUT_DIR. MODE ``schedules`` (2 processes): GPipe (with manual split points),
 1F1B and interleaved 1F1B (2 stages per rank) on the tiny Llama, each loss curve equal to
 the one-process run; the whole model's ``get_state_dict``; the backward contract's errors;
-the split error. MODE ``pp_dp`` (4 processes): 2 stages x 2 replicas, interleaved 2 x 2
+``clip_grad_norm_`` by the whole model's norm; the split error. MODE ``pp_dp`` (4 processes): 2 stages x 2 replicas, interleaved 2 x 2
 stages x TP 2 and 2 stages x FSDP2 over 2, loss curves equal to one process, then
 save_state / load_state of the staged model: the state after load equals the state saved
 and the resumed run continues identically. Every check prints one ``...-OK rank=R`` line.
@@ -118,6 +118,23 @@ def check_contract(accelerator, model, optimizer, batch, rank: int) -> None:
     print(f"CONTRACT-OK rank={rank}", flush=True)
 
 
+def check_clipping(rank: int) -> None:
+    """clip_grad_norm_ takes the norm of the whole model (every stage), and clips by it."""
+    model = tiny_llama(0)
+    ids, labels = next(iter(DataLoader(dataset(), batch_size=BATCH)))
+    lm_loss(model(ids), labels).backward()
+    want = torch.nn.utils.clip_grad_norm_(model.parameters(), float("inf")).item()
+    handler = PipelineParallelConfig(num_microbatches=4, loss_fn=lm_loss)
+    accelerator, model, optimizer, batches = prepared(
+        ParallelismConfig(pp_size=2, pp_handler=handler))
+    ids, labels = batches[0]
+    accelerator.backward(model(ids, target=labels))
+    got = accelerator.clip_grad_norm_(model.parameters(), 0.5).item()
+    after = accelerator.clip_grad_norm_(model.parameters(), float("inf")).item()
+    assert abs(got - want) <= 1e-5 * want and abs(after - 0.5) < 1e-5, (got, want, after)
+    print(f"CLIP-OK rank={rank} norm={got:.6f}", flush=True)
+
+
 def schedules(rank: int) -> None:
     want, final = reference()
     runs = (("gpipe", {"split_points": ["layers.1"]}), ("1f1b", {}),
@@ -139,6 +156,7 @@ def schedules(rank: int) -> None:
             assert full == {}, list(full)
         if schedule == "1f1b":
             check_contract(accelerator, model, optimizer, batches[0], rank)
+    check_clipping(rank)
     try:
         Accelerator(cpu=True, parallelism_config=ParallelismConfig(pp_size=2)).prepare(
             torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)))
