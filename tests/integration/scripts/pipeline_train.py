@@ -3,10 +3,11 @@
 argv: MODE OUT_DIR. MODE ``schedules`` (2 processes): GPipe (with manual split points),
 1F1B and interleaved 1F1B (2 stages per rank) on the tiny Llama, each loss curve equal to
 the one-process run; the whole model's ``get_state_dict``; the backward contract's errors;
-``clip_grad_norm_`` by the whole model's norm; the split error. MODE ``pp_dp`` (4 processes): 2 stages x 2 replicas, interleaved 2 x 2
-stages x TP 2 and 2 stages x FSDP2 over 2, loss curves equal to one process, then
-save_state / load_state of the staged model: the state after load equals the state saved
-and the resumed run continues identically. Every check prints one ``...-OK rank=R`` line.
+``clip_grad_norm_`` by the whole model's norm; the split error. MODE ``pp_dp`` (4
+processes): 2 stages x 2 replicas, interleaved 2 x 2 stages x TP 2 and 2 stages x FSDP2
+over 2, loss curves equal to one process, then save_state / load_state of the staged model:
+the state after load equals the state saved and the resumed run continues identically.
+Every check prints one ``...-OK rank=R`` line.
 """
 
 from __future__ import annotations
