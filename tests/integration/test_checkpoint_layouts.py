@@ -76,14 +76,9 @@ def test_sharded_and_replicated_checkpoints_load_into_each_other():
     check_layout("replicated", 2, "sharded", "ckpt")
 
 
-def test_a_deepspeed_checkpoint_into_other_models_says_how_to_fix():
-    for expected in ("replicated", "sharded"):
-        with pytest.raises(CheckpointError) as info:
-            check_layout("deepspeed", 2, expected, "/runs/ckpt")
-        text = str(info.value)
-        assert "/runs/ckpt is a DeepSpeed checkpoint" in text and "2 process(es)" in text
-        assert "accel merge-weights /runs/ckpt OUT --trust_pickles" in text
-        assert "load_checkpoint_in_model" in text
+def test_deepspeed_checkpoints_load_into_other_models_not_the_reverse():
+    check_layout("deepspeed", 2, "replicated", "ckpt")  # ZeRO partitions read whole
+    check_layout("deepspeed", 2, "sharded", "ckpt")
     with pytest.raises(CheckpointError, match="/runs/ckpt is a sharded checkpoint .* DeepSpeed "
                                               "engines.*accel merge-weights /runs/ckpt OUT"):
         check_layout("sharded", 2, "deepspeed", "/runs/ckpt")

@@ -21,7 +21,11 @@ state dicts:
 
 Every rank holds the full state while loading (as a full-state-dict load does). The
 objects saved whole (schedulers, dataloader positions, the scaler, registered objects,
-RNG states, the step) are stored the same way in both layouts and load as usual.
+RNG states, the step) are stored the same way in every layout and load as usual.
+
+A strategy's own writer's checkpoint (DeepSpeed's) loads the same way when the caller
+gives a :data:`StateReader` for it (step 2; the layer that knows the writer supplies it:
+accel-checkpoint never imports a strategy package).
 """
 
 from __future__ import annotations
@@ -43,18 +47,25 @@ from accel_checkpoint.manifest import Manifest, verify_checkpoint
 from accel_checkpoint.rank_writers import OBJECTS_KEY, dist_info, gather
 from accel_checkpoint.saving import DATA_NAME, rng_name
 
-__all__ = ["FULL_STATE_LAYOUTS", "loads_across", "load_across_layouts"]
+__all__ = ["FULL_STATE_LAYOUTS", "StateReader", "loads_across", "load_across_layouts"]
 
 #: Layouts whose models and optimizers can be read as, and loaded from, full state dicts.
 FULL_STATE_LAYOUTS = ("replicated", "sharded")
+
+#: ``read_states(path, manifest, names, owners) -> {name: full state}``: the full states of
+#: the objects a strategy's own writer saved (``owners``: optimizer name -> its model's
+#: name), models as state dicts, optimizers keyed by parameter name (or by position).
+StateReader = Callable[[Path, Manifest, list[str], dict[str, str]], dict[str, Any]]
 _DATA_FILE = "_data.json"  # where the per-rank protocol keeps the plain data
 _SHOWN = 5
 
 
-def loads_across(saved: str, expected: str) -> bool:
+def loads_across(saved: str, expected: str, readable: tuple[str, ...] = ()) -> bool:
     """Whether a checkpoint of layout ``saved`` loads into models saved as ``expected``
-    (another layout) through full state dicts."""
-    return saved != expected and saved in FULL_STATE_LAYOUTS and expected in FULL_STATE_LAYOUTS
+    (another layout) through full state dicts; ``readable``: layouts a
+    :data:`StateReader` is given for."""
+    return (saved != expected and saved in (*FULL_STATE_LAYOUTS, *readable)
+            and expected in FULL_STATE_LAYOUTS)
 
 
 class _Checked:
@@ -172,17 +183,24 @@ def _saved_names(manifest: Manifest) -> set[str]:
     return set(manifest.objects) | set(manifest.metadata.get(OBJECTS_KEY, {}))
 
 
-def _read_states(path: Path, manifest: Manifest, names: list[str]) -> dict[str, Any]:
-    """The saved state of each of ``names``: whole from DCP for what the sharded layout's
-    writer saved (models, optimizers), from safetensors + JSON for the rest."""
-    in_dcp = set(manifest.metadata.get(OBJECTS_KEY, {})) if manifest.layout == "sharded" \
-        else set()
-    from_dcp = _read_dcp_full(path, manifest) if in_dcp & set(names) else {}
-    absent = sorted(n for n in names if n in in_dcp and n not in from_dcp)
+def _read_states(path: Path, manifest: Manifest, names: list[str], owners: dict[str, str],
+                 read_states: StateReader | None) -> dict[str, Any]:
+    """The saved state of each of ``names``: whole from DCP (or ``read_states``) for what
+    a per-rank layout's writer saved (models, optimizers), from safetensors + JSON for the
+    rest."""
+    in_writer = set(manifest.metadata.get(OBJECTS_KEY, {})) & set(names) \
+        if manifest.layout != "replicated" else set()
+    if not in_writer:
+        found: dict[str, Any] = {}
+    elif manifest.layout == "sharded":
+        found = _read_dcp_full(path, manifest)
+    else:
+        found = read_states(path, manifest, sorted(in_writer), owners)  # type: ignore[misc]
+    absent = sorted(n for n in in_writer if n not in found)
     if absent:
-        raise CorruptCheckpointError(path / ".metadata", f"holds no {absent}, which the "
-                                     "manifest lists")
-    return {n: from_dcp[n] if n in in_dcp else read_object(path, n, manifest) for n in names}
+        raise CheckpointError(f"{path}: the {manifest.layout!r} files hold no {absent}, which "
+                              "the manifest lists.")
+    return {n: found[n] if n in in_writer else read_object(path, n, manifest) for n in names}
 
 
 def _read_data(path: Path, manifest: Manifest) -> Any:
@@ -253,7 +271,8 @@ def load_across_layouts(path: str | Path, objects: Mapping[str, Any], *, rng: bo
                         strict: bool = True, verify: str = "full",
                         prepare: Callable[[Path], Any] | None = None,
                         manifest: Manifest | None = None,
-                        trust_pickles: bool | None = None) -> LoadedCheckpoint:
+                        trust_pickles: bool | None = None,
+                        read_states: StateReader | None = None) -> LoadedCheckpoint:
     """Load a ``"sharded"`` or ``"replicated"`` checkpoint into ``objects`` prepared for the
     other layout (see the module docstring); call it on every rank.
 
@@ -261,23 +280,28 @@ def load_across_layouts(path: str | Path, objects: Mapping[str, Any], *, rng: bo
     optimizer, or any object with ``load_state_dict``. Every byte is checked before
     anything is read (``verify`` is always ``"full"``); ``prepare(path)`` runs after the
     checks and may still fill ``objects`` (a dict). ``trust_pickles`` is not needed:
-    neither layout unpickles code. A refused load changes nothing.
+    neither layout unpickles code. ``read_states`` reads the models and optimizers of
+    another layout (a strategy's own writer's), after the same checks. A refused load
+    changes nothing.
     """
     path = Path(path)
     rank, world, on = dist_info()
     manifest = verify_checkpoint(path, deep=False, manifest=manifest)
-    if manifest.layout not in FULL_STATE_LAYOUTS:
+    if manifest.layout not in FULL_STATE_LAYOUTS and read_states is None:
         raise CheckpointError(f"{path} is a {manifest.layout!r} checkpoint: only "
-                              f"{' and '.join(FULL_STATE_LAYOUTS)} ones load across layouts.")
+                              f"{' and '.join(FULL_STATE_LAYOUTS)} ones load across layouts "
+                              "(or one whose states a reader is given for).")
     _agree(_check_share(path, manifest, rank, world), on)
     if prepare is not None:
         prepare(path)
     models, optimizers, rest = _split(objects, strict)
-    found, problem = _attempt(lambda: _read_everything(path, manifest, objects, rest, rank,
-                                                       rng, strict))
+    modules = {n: m for n, (m, _) in models.items()}
+    owners = {n: next(name for name, m in modules.items() if m is _owner(o, modules))
+              for n, o in optimizers.items()}
+    found, problem = _attempt(lambda: _read_everything(path, manifest, objects, rest, owners,
+                                                       read_states, rank, rng, strict))
     _agree(problem, on)  # a file unreadable on one rank stops every rank before any change
     states, whole, rng_state, data = found
-    modules = {n: m for n, (m, _) in models.items()}
     named: dict[str, Any] = {}
     problems = []
     for name, optimizer in optimizers.items():
@@ -299,10 +323,12 @@ def load_across_layouts(path: str | Path, objects: Mapping[str, Any], *, rng: bo
 
 
 def _read_everything(path: Path, manifest: Manifest, objects: Mapping[str, Any],
-                     rest: dict[str, Any], rank: int, rng: bool,
+                     rest: dict[str, Any], owners: dict[str, str],
+                     read_states: StateReader | None, rank: int, rng: bool,
                      strict: bool) -> tuple[Any, ...]:
     """Everything this rank loads, read and checked before any object changes."""
-    found = _read_states(path, manifest, _missing(path, manifest, list(objects), strict))
+    found = _read_states(path, manifest, _missing(path, manifest, list(objects), strict),
+                         owners, read_states)
     states = {n: st for n, st in found.items() if n not in rest}
     whole = {n: st for n, st in found.items() if n in rest}
     rng_state = None

@@ -6,18 +6,21 @@ with accel-checkpoint, or a ``RankCheckpointWriter`` of its own); accel-checkpoi
 registry turns it into a :class:`~accel_checkpoint.layouts.CheckpointLayout`, whose
 methods the checkpoint functions call without asking which layout it is. A checkpoint of
 another layout loads when accel-checkpoint can carry it across through full state dicts
-(``"sharded"`` <-> ``"replicated"``: :mod:`accel_checkpoint.across_layouts`); any other
-pair is refused, naming both layouts and the fix.
+(``"sharded"`` <-> ``"replicated"``: :mod:`accel_checkpoint.across_layouts`; a DeepSpeed
+ZeRO-1/2 checkpoint into either, its partitions read by accel-parallel); any other pair is
+refused, naming both layouts and the fix.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
-from accel_checkpoint.across_layouts import load_across_layouts, loads_across
+from accel_checkpoint.across_layouts import StateReader, load_across_layouts, loads_across
 from accel_checkpoint.errors import CheckpointError
 from accel_checkpoint.layouts import CHECKPOINT_LAYOUTS, CheckpointLayout, resolve_layout
 from accel_checkpoint.manifest import Manifest
@@ -40,28 +43,50 @@ def checkpoint_layout(accelerator: Any,
     return resolve_layout(choose(list(accelerator._models if models is None else models)))
 
 
-# Specific advice for the pairs that cannot load across (DeepSpeed's ZeRO partitions are
-# read only by DeepSpeed engines); any other pair gets the general message.
-_FROM_DEEPSPEED = (
-    "{path} is a DeepSpeed checkpoint (ZeRO partitions saved by {world} process(es)), but the "
-    "prepared models are not DeepSpeed engines, and only DeepSpeed reads its partitions. "
-    "Prepare the models with the same DeepSpeed configuration to resume it, or take its full "
-    "fp32 weights with `accel merge-weights {path} OUT --trust_pickles` (DeepSpeed's "
-    "zero_to_fp32) and load those with load_checkpoint_in_model(model, OUT) before "
-    "accelerator.prepare (the optimizer state then starts afresh).")
+# Specific advice for the pairs that cannot load across; any other pair gets the
+# general message.
 _INTO_DEEPSPEED = (
     "{path} is a {saved} checkpoint (saved by {world} process(es)), but the prepared models "
     "are DeepSpeed engines, which load only DeepSpeed's own checkpoints. Load its weights "
     "into the model before accelerator.prepare ({how}; the optimizer state then starts "
     "afresh), or prepare the models without DeepSpeed to resume it whole.")
 _ADVICE = {
-    ("deepspeed", "replicated"): _FROM_DEEPSPEED,
-    ("deepspeed", "sharded"): _FROM_DEEPSPEED,
     ("replicated", "deepspeed"): _INTO_DEEPSPEED.replace(
         "{how}", "load_checkpoint_in_model(model, '{path}')"),
     ("sharded", "deepspeed"): _INTO_DEEPSPEED.replace(
         "{how}", "`accel merge-weights {path} OUT`, then load_checkpoint_in_model(model, OUT)"),
 }
+
+
+def _deepspeed_states(path: Path, manifest: Manifest, names: list[str],
+                      owners: dict[str, str]) -> dict[str, Any]:
+    """The full states of a DeepSpeed checkpoint's engines (accel-parallel reads ZeRO's
+    partitions), only from files its manifest lists (they were hash-checked)."""
+    from accel_parallel.deepspeed_checkpoint import DEEPSPEED_DIR
+    from accel_parallel.deepspeed_states import read_zero_full_states
+
+    read: dict[str, Any] = {}
+    states: dict[str, Any] = {}
+    for name in names:
+        tag = owners.get(name, name)  # an optimizer is saved with its model's engine
+        if tag not in read:
+            folder = path / DEEPSPEED_DIR / tag
+            unlisted = sorted(p.name for p in folder.iterdir() if p.is_file()
+                              and p.relative_to(path).as_posix() not in manifest.files)
+            if unlisted:
+                raise CheckpointError(f"{folder} holds files its manifest does not list "
+                                      f"({', '.join(unlisted[:5])}): remove them.")
+            read[tag] = read_zero_full_states(folder)
+        weights, optimizer = read[tag]
+        if name not in owners:
+            states[name] = weights
+        elif optimizer is not None:
+            states[name] = optimizer
+    return states
+
+
+# Layouts of a strategy's own writer whose full states accel reads for other models.
+_READERS: dict[str, StateReader] = {"deepspeed": _deepspeed_states}
 _GENERAL = (
     "{path} is a {saved!r} checkpoint (saved by {world} process(es)), but the prepared "
     "models are saved in the {expected!r} layout by this run's strategy. Prepare the models "
@@ -75,7 +100,7 @@ def check_layout(saved: str, world_size: int, expected: str,
     for models saved in layout ``expected`` unless it loads into them (the same layout,
     or one carried across by :func:`~accel_checkpoint.across_layouts.loads_across`),
     saying the fix."""
-    if saved == expected or loads_across(saved, expected):
+    if saved == expected or loads_across(saved, expected, tuple(_READERS)):
         return
     advice = _ADVICE.get((saved, expected))
     if advice is not None:  # a layout of a strategy's own writer (DeepSpeed's) included
@@ -98,4 +123,6 @@ def layout_loader(layout: CheckpointLayout, manifest: Manifest,
     ``layout``: the layout's own ``load``, or the full-state-dict loader across layouts;
     any other checkpoint is refused (:func:`check_layout`) before anything is read."""
     check_layout(manifest.layout, manifest.world_size, layout.name, path)
-    return layout.load if manifest.layout == layout.name else load_across_layouts
+    if manifest.layout == layout.name:
+        return layout.load
+    return functools.partial(load_across_layouts, read_states=_READERS.get(manifest.layout))
