@@ -20,6 +20,7 @@ def test_three_schedules_on_two_processes_equal_one_process(explain, launch, scr
             assert f"SCHEDULE-{schedule}-OK rank={rank}" in out, explain(proc)
         assert f"CONTRACT-OK rank={rank}" in out, explain(proc)
         assert f"CLIP-OK rank={rank}" in out, explain(proc)
+        assert f"REFUSALS-OK rank={rank}" in out, explain(proc)
         assert f"SPLIT-ERROR-OK rank={rank}" in out, explain(proc)
     for schedule in ("gpipe", "1f1b", "interleaved_1f1b"):
         assert f"STATE-DICT-{schedule}-OK rank=0" in out, explain(proc)

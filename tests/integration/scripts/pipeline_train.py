@@ -3,10 +3,11 @@
 argv: MODE OUT_DIR. MODE ``schedules`` (2 processes): GPipe (with manual split points),
 1F1B and interleaved 1F1B (2 stages per rank) on the tiny Llama, each loss curve equal to
 the one-process run; the whole model's ``get_state_dict``; the backward contract's errors;
-``clip_grad_norm_`` by the whole model's norm; the split error. MODE ``pp_dp`` (4
-processes): 2 stages x 2 replicas, interleaved 2 x 2 stages x TP 2 and 2 stages x FSDP2
-over 2, loss curves equal to one process, then save_state / load_state of the staged model:
-the state after load equals the state saved and the resumed run continues identically.
+``clip_grad_norm_`` by the whole model's norm; the split error and the other refusals.
+MODE ``pp_dp`` (4 processes): 2 stages x 2 replicas, interleaved 2 x 2 stages x TP 2 and 2
+stages x FSDP2 over 2, loss curves equal to one process, then save_state / load_state of
+the staged model: the state after load equals the state saved and the resumed run
+continues identically.
 Every check prints one ``...-OK rank=R`` line.
 """
 
@@ -136,6 +137,36 @@ def check_clipping(rank: int) -> None:
     print(f"CLIP-OK rank={rank} norm={got:.6f}", flush=True)
 
 
+def refused(make, needle: str) -> None:
+    try:
+        make()
+    except ConfigurationError as exc:
+        assert needle in str(exc), exc
+    else:
+        raise AssertionError(f"not refused: {needle}")
+
+
+def check_refusals(rank: int) -> None:
+    """What a pipeline cannot run is refused at Accelerator(...) / prepare, naming the fix."""
+    config = ParallelismConfig(pp_size=2, pp_handler=PipelineParallelConfig(loss_fn=lm_loss))
+    model = tiny_llama(0)
+    accumulating = Accelerator(cpu=True, parallelism_config=config,
+                               gradient_accumulation_steps=2)
+    refused(lambda: accumulating.prepare(model, optimizer_for(model)),
+            "gradient_accumulation_steps=2 with pp_size > 1")
+    refused(lambda: Accelerator(cpu=True, parallelism_config=config, mixed_precision="fp16"),
+            "mixed_precision='fp16' scales the loss")
+    plain = Accelerator(cpu=True, parallelism_config=config)
+    refused(lambda: plain.prepare_model(model, evaluation_mode=True),
+            "cannot be prepared for evaluation only")
+    with torch.device("meta"):
+        on_meta = tiny_llama(0)
+    refused(lambda: plain.prepare(on_meta), "is on the meta device")
+    refused(lambda: plain.prepare(tiny_llama(0, num_layers=1)),
+            "1 block(s) in 'layers', fewer than the 2 pipeline stages")
+    print(f"REFUSALS-OK rank={rank}", flush=True)
+
+
 def schedules(rank: int) -> None:
     want, final = reference()
     runs = (("gpipe", {"split_points": ["layers.1"]}), ("1f1b", {}),
@@ -158,6 +189,7 @@ def schedules(rank: int) -> None:
         if schedule == "1f1b":
             check_contract(accelerator, model, optimizer, batches[0], rank)
     check_clipping(rank)
+    check_refusals(rank)
     try:
         Accelerator(cpu=True, parallelism_config=ParallelismConfig(pp_size=2)).prepare(
             torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)))
