@@ -71,6 +71,10 @@ def _deepspeed_states(path: Path, manifest: Manifest, names: list[str],
         tag = owners.get(name, name)  # an optimizer is saved with its model's engine
         if tag not in read:
             folder = path / DEEPSPEED_DIR / tag
+            if not folder.is_dir():
+                raise CheckpointError(f"{path} holds no DeepSpeed checkpoint for {tag!r} (no "
+                                      f"{DEEPSPEED_DIR}/{tag}/): load it with the models "
+                                      "named as when it was saved.")
             unlisted = sorted(p.name for p in folder.iterdir() if p.is_file()
                               and p.relative_to(path).as_posix() not in manifest.files)
             if unlisted:
