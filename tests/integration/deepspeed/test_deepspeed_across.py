@@ -1,6 +1,7 @@
 """A DeepSpeed ZeRO-2 checkpoint into models that are not DeepSpeed engines
 (scripts/deepspeed_across.py): saved by 2 DeepSpeed processes, loaded by 2 DDP processes
-(weights equal, the next step equal to the DeepSpeed run's) and by one plain process."""
+(weights equal, the next step equal to the DeepSpeed run's) and, in one process, by a
+plain model and an FSDP2 model."""
 
 from __future__ import annotations
 
@@ -23,3 +24,4 @@ def test_zero2_checkpoint_loads_into_ddp_and_one_process(ds_launcher, explain, r
     run_here(SCRIPT, "plain", str(tmp_path))
     out = capsys.readouterr().out
     assert "DS-INTO-PLAIN equal=True state=['exp_avg', 'exp_avg_sq', 'step']" in out, out
+    assert "DS-INTO-FSDP sharded=True equal=True" in out, out

@@ -6,7 +6,8 @@ records the weights, takes a third step and records the weights again (rank 0 wr
 into full weights and Adam state): the weights equal the saved ones; the same third step
 then equals the DeepSpeed run's (Adam's moments and step came back). Then a DeepSpeed run
 on one process refuses the 2-process checkpoint before DeepSpeed reads it.
-``plain ROOT`` (1 process): an unsharded model loads it (another world size).
+``plain ROOT`` (1 process): an unsharded model and an FSDP2 model load it (another world
+size).
 """
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ import torch
 from accel_state import ConfigurationError
 from safetensors.torch import load_file, save_file
 from torch import nn
+from torch.distributed.tensor import DTensor
 from torch.utils.data import DataLoader, TensorDataset
 
 from accel import Accelerator
+from accel import FullyShardedDataParallelPlugin
 from accel.utils import DeepSpeedPlugin
 
 
@@ -81,6 +84,13 @@ def plain_phase(root: Path) -> None:
     equal = all(torch.equal(v, saved[k]) for k, v in weights(accelerator, model).items())
     moments = sorted(next(iter(optimizer.state.values())))
     print(f"DS-INTO-PLAIN equal={equal} state={moments}", flush=True)
+    fsdp = Accelerator(cpu=True, fsdp_plugin=FullyShardedDataParallelPlugin())
+    model, optimizer = build(fsdp, seed=4)
+    fsdp.load_state(root / "ds")  # FSDP2 over one process: the full state cut into shards
+    sharded = isinstance(next(model.parameters()), DTensor)
+    equal = all(torch.equal(v.full_tensor() if isinstance(v, DTensor) else v, saved[k])
+                for k, v in model.state_dict().items())
+    print(f"DS-INTO-FSDP sharded={sharded} equal={equal}", flush=True)
 
 
 def one_engine_phase(root: Path) -> None:

@@ -215,8 +215,9 @@ def load_state(accelerator: Any, input_dir: str | os.PathLike[str] | None = None
     first. ``trust_pickles``: load a layout whose writer unpickles arbitrary objects
     (default: ``ACCEL_CHECKPOINT_TRUST_PICKLES``; see docs/checkpoint.md). The checkpoint's
     layout is the one the strategy saves the prepared models in, or one that loads into it
-    through full state dicts (a sharded FSDP2 checkpoint into DDP models and back, any
-    world size; see docs/checkpoint.md, "Loading across layouts"). With automatic
+    through full state dicts (a sharded FSDP2 checkpoint into DDP models and back, a
+    DeepSpeed ZeRO-1/2 one into either, any world size; see docs/checkpoint.md, "Loading
+    across layouts"). With automatic
     naming, later saves continue the numbering after the loaded checkpoint. A folder
     written by Hugging Face Accelerate's ``save_state`` loads too (docs/checkpoint.md).
     """
