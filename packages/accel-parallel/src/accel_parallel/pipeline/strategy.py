@@ -43,7 +43,7 @@ _STEP_INFO = frozenset({"sync_gradients", "micro_step"})
 class PipelineStrategy(ParallelismStrategy):
     """Pipeline stages over ``pp``, composed with FSDP2 / TP on the other dimensions."""
 
-    name = "pp"
+    name = "pipeline"
     priority = 56  # above nd (55): a ParallelismConfig with pp_size > 1 is a pipeline
 
     def __init__(self, state: Any, **options: Any) -> None:
