@@ -332,7 +332,7 @@ class DeepSpeedStrategy(Strategy):
         if any(id(m) in mine for m in models):
             from accel_parallel.deepspeed_checkpoint import DeepSpeedWriter
 
-            return DeepSpeedWriter(self)
+            return DeepSpeedWriter(self.engines)
         return super().checkpoint_format(models)
 
 

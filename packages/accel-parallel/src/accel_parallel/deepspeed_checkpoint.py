@@ -26,14 +26,11 @@ import pickle
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from accel_state import ConfigurationError, DistributedError
 from accel_state.protocols import UNPICKLES_RESTRICTED
-
-if TYPE_CHECKING:
-    from accel_parallel.deepspeed import DeepSpeedStrategy
 
 __all__ = ["DeepSpeedWriter", "DEEPSPEED_LAYOUT", "DEEPSPEED_DIR", "deepspeed_safe_globals",
            "restricted_load"]
@@ -110,23 +107,25 @@ def _check_partitions(path: Path, folder: Path, engine: Any, with_optimizer: boo
 
 
 class DeepSpeedWriter:
-    """Saves and loads the DeepSpeed engines of a :class:`DeepSpeedStrategy`."""
+    """Saves and loads DeepSpeed engines: the DeepSpeed strategy's, by plugin name (the
+    strategy's live mapping, so engines prepared later are seen; the writer needs nothing
+    else of the strategy, and does not import it)."""
 
     layout = DEEPSPEED_LAYOUT
     unpickles = UNPICKLES_RESTRICTED
 
-    def __init__(self, strategy: DeepSpeedStrategy) -> None:
-        self.strategy = strategy
+    def __init__(self, engines: Mapping[str, Any]) -> None:
+        self.engines = engines
 
     def _engine_of(self, obj: Any) -> Any | None:
-        for engine in self.strategy.engines.values():
+        for engine in self.engines.values():
             if obj is engine or obj is engine.module:
                 return engine
         return None
 
     def _owner_of_optimizer(self, obj: Any) -> Any | None:
         inner = getattr(obj, "optimizer", obj)
-        for engine in self.strategy.engines.values():
+        for engine in self.engines.values():
             if inner is engine.optimizer or obj is engine.optimizer:
                 return engine
         return None
@@ -220,4 +219,4 @@ class DeepSpeedWriter:
         return {k: v.detach().to("cpu", copy=True) for k, v in engine.module.state_dict().items()}
 
     def __repr__(self) -> str:
-        return f"DeepSpeedWriter(engines={list(self.strategy.engines)})"
+        return f"DeepSpeedWriter(engines={list(self.engines)})"

@@ -16,7 +16,7 @@ from typing import Any
 
 from accel_state import ConfigurationError
 
-from accel_parallel.deepspeed_plugin import AUTO, is_auto
+from accel_parallel.deepspeed_json import AUTO, is_auto
 
 __all__ = ["apply_precision", "fill_auto", "hidden_size_of", "zero_init_config",
            "remaining_auto"]

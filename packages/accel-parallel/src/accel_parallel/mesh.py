@@ -13,12 +13,17 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from accel_parallel.parallelism_config import ParallelismConfig
+__all__ = ["MESH_ORDER", "FLATTENED", "BuiltMesh", "MeshSizes", "build_mesh"]
 
-__all__ = ["MESH_ORDER", "FLATTENED", "BuiltMesh", "build_mesh"]
+
+class MeshSizes(Protocol):
+    """What the mesh is built from: a size per dimension of :data:`MESH_ORDER` (a
+    ``ParallelismConfig``, which imports this module; this one never imports it)."""
+
+    @property
+    def sizes(self) -> Mapping[str, int]: ...
 
 #: The order of the mesh's dimensions (outermost first).
 MESH_ORDER = ("pp", "dp_replicate", "dp_shard", "cp", "sp", "tp")
@@ -89,7 +94,7 @@ class BuiltMesh:
         return self._own_group
 
 
-def mesh_dims(config: ParallelismConfig, keep: Iterable[str] = ()) -> list[tuple[str, int]]:
+def mesh_dims(config: MeshSizes, keep: Iterable[str] = ()) -> list[tuple[str, int]]:
     """``(name, size)`` of the mesh's dimensions: those of size > 1 and those in ``keep``."""
     sizes = config.sizes
     kept = set(keep)
@@ -99,7 +104,7 @@ def mesh_dims(config: ParallelismConfig, keep: Iterable[str] = ()) -> list[tuple
     return [(n, sizes[n]) for n in MESH_ORDER if sizes[n] > 1 or n in kept]
 
 
-def build_mesh(config: ParallelismConfig, device_type: str,
+def build_mesh(config: MeshSizes, device_type: str,
                keep: Iterable[str] = ()) -> BuiltMesh | None:
     """The named mesh for ``config`` on ``device_type`` with its flattened submeshes; None
     when no dimension is active (one process, or nothing to split)."""

@@ -9,37 +9,11 @@ or ``StrategyConfig.requested``) is built without asking.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
-
 from accel_state import ConfigurationError, env
 
-from accel_parallel.strategy import STRATEGIES, Strategy
-
-if TYPE_CHECKING:
-    from accel_precision import Precision
-    from accel_state import PartialState
+from accel_parallel.strategy import STRATEGIES, Strategy, StrategyConfig
 
 __all__ = ["StrategyConfig", "select_strategy", "strategy_handler_kinds"]
-
-
-@dataclass(frozen=True, kw_only=True)
-class StrategyConfig:
-    """What a strategy is chosen and built from: the Accelerator's resolved configuration."""
-
-    #: the process state (device, ranks, whether several processes run)
-    state: PartialState
-    #: the resolved mixed precision, handed to the strategy
-    precision: Precision
-    #: kwargs handlers by kind (``"ddp"``: ``DistributedDataParallelKwargs``, ...)
-    handlers: Mapping[str, Any] = field(default_factory=dict)
-    #: parallelism plugins by kind (``"fsdp"``, ``"deepspeed"``, ``"tp"``,
-    #: ``"parallelism_config"``; ``"dynamo"``: a ``TorchDynamoPlugin`` every strategy
-    #: applies through :meth:`Strategy.compile_model`), absent when not given
-    plugins: Mapping[str, Any] = field(default_factory=dict)
-    #: a strategy asked for by name; default: ``ACCEL_STRATEGY``, else chosen by data
-    requested: str | None = None
 
 
 def strategy_handler_kinds() -> dict[type, str]:

@@ -42,9 +42,9 @@ if TYPE_CHECKING:
     from accel_state import DistributedType, PartialState
 
     from accel_parallel.compile import TorchDynamoPlugin
-    from accel_parallel.selection import StrategyConfig
 
-__all__ = ["Strategy", "SupportsNoSync", "STRATEGIES", "PrepareRequest", "NO_CONTEXT", "BOUNDARY"]
+__all__ = ["Strategy", "SupportsNoSync", "STRATEGIES", "PrepareRequest", "StrategyConfig",
+           "NO_CONTEXT", "BOUNDARY"]
 
 #: The shared no-op context the base hooks return (entering it has no state): a caller on a
 #: hot path may skip entering it, as ``accumulate()`` does on every micro-step.
@@ -52,6 +52,25 @@ NO_CONTEXT = contextlib.nullcontext()
 #: A batch outside ``accumulate()``'s cycles: it syncs and the optimizers step (the default
 #: ``micro_step`` of a direct :meth:`Strategy.backward` call). Never modified.
 BOUNDARY = MicroStep()
+
+
+@dataclass(frozen=True, kw_only=True)
+class StrategyConfig:
+    """What a strategy is chosen and built from: the Accelerator's resolved configuration."""
+
+    #: the process state (device, ranks, whether several processes run)
+    state: PartialState
+    #: the resolved mixed precision, handed to the strategy
+    precision: Precision
+    #: kwargs handlers by kind (``"ddp"``: ``DistributedDataParallelKwargs``, ...)
+    handlers: Mapping[str, Any] = field(default_factory=dict)
+    #: parallelism plugins by kind (``"fsdp"``, ``"deepspeed"``, ``"tp"``,
+    #: ``"parallelism_config"``; ``"dynamo"``: a ``TorchDynamoPlugin`` every strategy
+    #: applies through :meth:`Strategy.compile_model`), absent when not given
+    plugins: Mapping[str, Any] = field(default_factory=dict)
+    #: a strategy asked for by name; default: ``ACCEL_STRATEGY``, else chosen by data
+    #: (:func:`~accel_parallel.select_strategy`)
+    requested: str | None = None
 
 
 @dataclass
