@@ -100,8 +100,10 @@ def _check_partitions(path: Path, folder: Path, engine: Any, with_optimizer: boo
         f"{path} holds DeepSpeed ZeRO state of {folder.name!r} partitioned over {saved} "
         f"process(es), but this run has {current}: DeepSpeed cannot repartition ZeRO state "
         "to another number of processes, so nothing was loaded. Resume it with "
-        f"{saved} processes (accel launch --num_processes {saved}), or take its full fp32 "
-        f"weights with `accel merge-weights {path} OUT --trust_pickles` and load them with "
+        f"{saved} processes (accel launch --num_processes {saved}), or load it into models "
+        "prepared without DeepSpeed (DDP or FSDP2 read ZeRO-1/2 partitions of any number of "
+        "processes, the optimizer state included), or take its full fp32 weights with "
+        f"`accel merge-weights {path} OUT --trust_pickles` and load them with "
         "load_checkpoint_in_model(model, OUT) before accelerator.prepare (the optimizer "
         "state then starts afresh).")
 
