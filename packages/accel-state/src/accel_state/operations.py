@@ -107,6 +107,17 @@ def _check_devices(operation: str, data: Any) -> str | None:
     return None
 
 
+def _debug_mode() -> bool:
+    """``PartialState().debug`` once the state exists (Accelerate's switch, which a script may
+    flip at run time), else ``ACCELERATE_DEBUG_MODE`` (which the state starts from)."""
+    from accel_state.state import PartialState
+
+    shared = PartialState._shared_state
+    if "debug" in shared:
+        return bool(shared["debug"])
+    return env.DEBUG_MODE.get_bool(False)
+
+
 def verify_operation(function: _F) -> _F:
     """Decorator: in debug mode, compare input shapes across ranks before ``function`` runs.
 
@@ -118,7 +129,7 @@ def verify_operation(function: _F) -> _F:
     @functools.wraps(function)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         group = kwargs.get("group")
-        if group_size(group) == 1 or not env.DEBUG_MODE.get_bool(False):
+        if group_size(group) == 1 or not _debug_mode():
             return function(*args, **kwargs)
         operation = f"{function.__module__}.{function.__name__}"
         data = _first_tensor_argument(args, kwargs)

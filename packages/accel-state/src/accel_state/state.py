@@ -275,8 +275,13 @@ def _split(inputs: Any, n: int, index: int, apply_padding: bool) -> Any:
     per, extra = divmod(len(inputs), n)
     start = index * per + min(index, extra)
     end = start + per + (1 if index < extra else 0)
-    share = inputs[start:end]
     longest = per + (1 if extra else 0)
+    if _is_hf_dataset(inputs):  # slicing one gives a dict of columns: select rows instead
+        rows = list(range(start, end))
+        if apply_padding and len(inputs) > 0:
+            rows += [rows[-1] if rows else len(inputs) - 1] * (longest - len(rows))
+        return inputs.select(rows)
+    share = inputs[start:end]
     if apply_padding and len(share) < longest and len(inputs) > 0:
         filler = share[-1:] if len(share) else inputs[-1:]
         missing = longest - len(share)
@@ -285,6 +290,11 @@ def _split(inputs: Any, n: int, index: int, apply_padding: bool) -> Any:
         else:
             share = share + type(share)(filler) * missing
     return share
+
+
+def _is_hf_dataset(inputs: Any) -> bool:
+    """A Hugging Face ``datasets.Dataset`` (told by its API: accel-state never imports it)."""
+    return callable(getattr(inputs, "select", None)) and hasattr(inputs, "column_names")
 
 
 def _missing_attribute(owner: str, name: str, was_reset: bool) -> AttributeError:

@@ -126,6 +126,18 @@ class AcceleratorState:
                 raise  # a property of the process state failed inside: keep its own error
             raise _missing_attribute("AcceleratorState", name, False) from None
 
+    def __getstate__(self) -> dict[str, Any]:
+        """The attributes without the process-state object: that one is per process."""
+        state = dict(self.__dict__)
+        state.pop("_partial", None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickled, the state points at this process's PartialState (the very object the
+        live state holds, so a copy compares equal to it, as in Accelerate)."""
+        self.__dict__.update(state)
+        self._partial = self._shared_state.get("_partial") or PartialState()
+
     @property
     def initialized(self) -> bool:
         return bool(self._shared_state.get("_initialized"))

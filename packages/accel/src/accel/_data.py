@@ -60,6 +60,11 @@ class DataMixin:
     def dataloader_config(self) -> DataLoaderConfiguration:
         return self._dataloader_config
 
+    @dataloader_config.setter
+    def dataloader_config(self, value: DataLoaderConfiguration) -> None:
+        """Replaceable, as in Accelerate: loaders prepared afterwards use the new options."""
+        self._dataloader_config = resolve_dataloader_config(dataloader_config=value)
+
     @property
     def split_batches(self) -> bool:
         return self._dataloader_config.split_batches
@@ -130,6 +135,7 @@ class DataMixin:
         else (one process, a strategy without join, models that are not DDP) runs the block
         as it is, with a warning unless the run is a plain single-process one.
         """
+        overriding = even_batches is not None
         if even_batches is None:
             even_batches = self.even_batches
         strategy = self._strategy  # type: ignore[attr-defined]
@@ -149,6 +155,14 @@ class DataMixin:
                           UserWarning, stacklevel=3)
         loaders = [dl for dl in self._dataloaders  # type: ignore[attr-defined]
                    if hasattr(dl, "even_batches")]
+        iterable = [dl for dl in loaders if isinstance(getattr(dl, "dataset", None),
+                                                       torch.utils.data.IterableDataset)]
+        if overriding and iterable:
+            warnings.warn("Overriding even_batches is only supported for map-style datasets, "
+                          f"yet {len(iterable)} of the prepared dataloaders are iterable: they "
+                          "keep their own setting inside join_uneven_inputs.",
+                          UserWarning, stacklevel=3)
+            loaders = [dl for dl in loaders if not any(dl is i for i in iterable)]
         previous = [dl.even_batches for dl in loaders]
         try:
             for loader in loaders:

@@ -5,7 +5,9 @@ decorators, the test device, ``accel launch`` command lines and subprocess runne
 (:mod:`.testing`), the regression dataset and model (:mod:`.training`) and the example-script
 comparison (:mod:`.examples`). ``import accel`` never loads this package (it imports unittest
 and, for a few helpers, pytest/datasets/transformers lazily).
-``accel.test_utils.scripts.test_script`` is the end-to-end check `accel test` launches.
+``accel.test_utils.scripts`` holds the scripts Accelerate's suite launches by path
+(``test_script`` — also the end-to-end check `accel test` launches —, ``test_sync``,
+``test_ops``, ``test_distributed_data_loop``); the first three are attributes here too.
 """
 
 from __future__ import annotations
@@ -61,6 +63,9 @@ from accel.test_utils.testing import (
 )
 from accel.test_utils.training import RegressionDataset, RegressionModel
 
+# the bundled scripts as modules, as Accelerate offers them (``debug_launcher(test_script.main)``)
+from accel.test_utils.scripts import test_ops, test_script, test_sync  # isort: skip
+
 __all__ = [
     "DEFAULT_LAUNCH_COMMAND", "RegressionDataset", "RegressionModel", "are_the_same_tensors",
     "assert_exception", "capture_call_output", "device_count", "execute_subprocess_async",
@@ -74,5 +79,5 @@ __all__ = [
     "require_single_gpu", "require_single_xpu", "require_torch_min_version", "require_torchao",
     "require_torchvision", "require_tpu", "require_transformer_engine",
     "require_transformer_engine_mxfp8", "require_xpu", "run_first", "skip", "slow",
-    "torch_device",
+    "torch_device", "test_ops", "test_script", "test_sync",
 ]

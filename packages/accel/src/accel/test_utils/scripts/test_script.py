@@ -1,10 +1,22 @@
 """`accel test`'s end-to-end check, launched under the current config on every process.
 
-Checks, in one launch: the process state agrees with the launcher's topology; gather,
-broadcast and reduce give the expected values; a prepared DataLoader shards the data over
-the processes without overlap and ``gather_for_metrics`` returns exactly the dataset; a few
-steps of distributed training give the same parameters as the same steps on one process
-with the whole batch. Prints a success line on the main process, raises otherwise.
+Also accel's own version of the script Accelerate bundles at this path (its tests start it
+with ``accelerate launch .../test_script.py`` and no arguments, or call ``main`` through
+``debug_launcher``). In one launch:
+
+* accel's checks under the launched configuration (any strategy and precision): the process
+  state agrees with the launcher's topology; gather/broadcast/reduce give the expected values;
+  a prepared loader shards without overlap and ``gather_for_metrics`` returns exactly the
+  dataset; a few steps give the same weights as one process on the whole batch, within the
+  precision's tolerance;
+* Accelerate's checks (:mod:`._process_checks`, :mod:`._training_checks`): the state builds
+  twice; ``main_process_first`` and the ``on_*`` decorators; ``split_between_processes``; RNG
+  synchronisation; loaders prepared with ``prepare_data_loader`` (sharded, split, dispatched,
+  iterable, a custom batch sampler); the seedable sampler; N processes train exactly the model
+  one process trains (1e-6; no split, split batches, bf16), under DDP or one process; the
+  breakpoint trigger; the error after ``AcceleratorState._reset_state()``.
+
+Prints a success line on the main process; any failure raises (exit status non-zero).
 """
 
 from __future__ import annotations
@@ -13,7 +25,9 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from accel import Accelerator
-from accel.utils import broadcast, gather, reduce, set_seed
+from accel.test_utils.scripts import _process_checks as process
+from accel.test_utils.scripts import _training_checks as training
+from accel.utils import DistributedType, broadcast, gather, reduce, set_seed
 
 
 def check_state(accelerator: Accelerator) -> None:
@@ -84,12 +98,52 @@ def check_training(accelerator: Accelerator) -> None:
                       f"atol {atol})")
 
 
-def main() -> None:
-    accelerator = Accelerator()
+def accel_checks(accelerator: Accelerator) -> None:
     check_state(accelerator)
     check_collectives(accelerator)
     check_data(accelerator)
     check_training(accelerator)
+
+
+def accelerate_checks(accelerator: Accelerator) -> None:
+    """Accelerate's test_script, in its order (one machine: all processes are local)."""
+    state = accelerator.state
+    say = accelerator.print
+    say("**Initialization**")
+    process.init_state_check()
+    state.wait_for_everyone()
+    say("\n**Test process execution**")
+    process.process_execution_check()
+    say("\n**Test split between processes as a list, a dict, a tensor, evenly**")
+    process.split_between_processes_check()
+    say("\n**Test split between processes as a datasets.Dataset**")
+    process.split_datasets_check()
+    say("\n**Test random number generator synchronization**")
+    process.rng_sync_check()
+    say("\n**DataLoader integration test**")
+    process.dataloader_sharding_check()
+    process.custom_sampler_check()
+    training.seedable_sampler_check()
+    if state.num_processes > 1:
+        training.seedable_sampler_in_shard_check()
+    if state.distributed_type == DistributedType.DEEPSPEED:
+        return  # as in Accelerate: DeepSpeed's training differs from the CPU reference
+    if state.distributed_type != DistributedType.FSDP:  # sharded weights: accel_checks's
+        say("\n**Training integration test**")
+        training.training_check(use_seedable_sampler=False)
+        training.training_check(use_seedable_sampler=True)
+    say("\n**Breakpoint trigger test**")
+    training.trigger_check()
+    say("\n**Test reinstantiated state**")
+    training.reinstantiated_state_check()
+
+
+def main() -> None:
+    accelerator = Accelerator()
+    accel_checks(accelerator)
+    accelerator.wait_for_everyone()
+    accelerate_checks(accelerator)
+    accelerator = Accelerator()  # the last check reset the state
     accelerator.wait_for_everyone()
     accelerator.print("Test is a success! You are ready for your distributed training!")
     accelerator.end_training()

@@ -1,0 +1,78 @@
+"""The test scripts accel bundles at Accelerate's paths (``accel/test_utils/scripts``), which
+Accelerate's own suite launches (found with ``path_in_accelerate_package``), pass on 2 CPU
+processes, and on one where Accelerate's suite runs them on one.
+
+One 2-process launch per script; the one-process runs of test_sync and test_ops run in this
+process (test_script's one-process run is `accel test`'s, in test_selftest_configs.py).
+A script that fails exits non-zero, which these tests check along with what it printed.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from accel.test_utils import path_in_accelerate_package
+
+pytestmark = pytest.mark.multiprocess
+
+
+def _script(name: str):
+    path = path_in_accelerate_package("test_utils", "scripts", name)
+    assert path.is_file(), path
+    return path
+
+
+#: script -> lines its main process prints when every check ran
+EXPECTED = {
+    "test_sync.py": [
+        "**Test Distributed `no_sync` context manager with multiple forwards**",
+        "`split_batches=True` and `dispatch_batches=True` and `sync_each_batch=True`**",
+        "`split_batches=False` and `dispatch_batches=False` and `sync_each_batch=True`**"],
+    "test_ops.py": ["testing op_checker", "testing sending tensors across devices"],
+    "test_distributed_data_loop.py": [
+        "Test join with non DDP distributed raises warning",
+        "Test a stateful dataloader resumes from its state_dict and from save_state"],
+    "test_script.py": [
+        "Training yielded the same results on one CPU or distributed setup with batch split.",
+        "BF16 training check.", "**Test reinstantiated state**",
+        "Test is a success! You are ready for your distributed training!"],
+}
+
+
+@pytest.mark.parametrize("name", list(EXPECTED))
+def test_a_bundled_script_passes_on_two_processes(name, launch, explain, tmp_path):
+    proc = launch("--cpu", "--num_processes", "2", str(_script(name)), timeout=420)
+    assert proc.returncode == 0, explain(proc, tail=6000)
+    for line in EXPECTED[name]:
+        assert line in proc.stdout, f"{line!r} not printed\n" + explain(proc, tail=2000)
+
+
+@pytest.mark.parametrize("name", ["test_sync.py", "test_ops.py"])
+def test_a_bundled_script_passes_on_one_process(name, run_here, capsys):
+    run_here(_script(name))
+    out = capsys.readouterr().out
+    if name == "test_sync.py":
+        assert "**Test NOOP `no_sync` context manager**" in out
+        assert "no_sync` context manager with multiple forwards" not in out  # N processes only
+    else:
+        assert "testing sending tensors across devices" in out
+
+
+def test_a_broken_behaviour_fails_its_check(monkeypatch):
+    """The checks are real: ``reduce`` answering zeros fails the reduce check, naming it."""
+    from accel_state import PartialState
+
+    from accel.test_utils.scripts import test_ops
+
+    monkeypatch.setattr(test_ops, "reduce", lambda tensor, reduction: tensor * 0)
+    with pytest.raises(AssertionError, match="reduce 'sum'"):
+        test_ops.check_reduce(PartialState(cpu=True))
+
+
+def test_accelerates_import_names_for_the_scripts():
+    """``accelerate.test_utils`` offers the scripts as modules (its CPU tests call
+    ``debug_launcher(test_script.main)``)."""
+    import accel.test_utils as test_utils
+
+    for name in ("test_script", "test_sync", "test_ops"):
+        assert callable(getattr(test_utils, name).main), name
