@@ -127,7 +127,28 @@ def main() -> None:
     print(f"SP-OK rank={rank} losses={[round(v, 5) for v in losses]}", flush=True)
     if dp == 1:
         check_refusals(accelerator)
+        check_accelerates_recipe(sp_group, sp_rank)
         check_transformers(accelerator, sp_group, sp_rank)
+
+
+def check_accelerates_recipe(sp_group, sp_rank) -> None:
+    """docs/parallel.md: Accelerate's loss recipe (a differentiable all_gather of the per-rank
+    means weighted by their token counts) and sequence_parallel_mean agree, value and
+    gradient (rank 0 counts 3 tokens summing to 6, rank 1 one token of loss 2)."""
+    from torch.distributed.nn.functional import all_gather
+
+    sums, counts = [6.0, 2.0], [3, 1]
+    ours_sum = torch.tensor(sums[sp_rank], requires_grad=True)
+    ours = sequence_parallel_mean(ours_sum, counts[sp_rank], sp_group)
+    ours.backward()
+    theirs_sum = torch.tensor(sums[sp_rank], requires_grad=True)
+    losses = all_gather(theirs_sum / counts[sp_rank], group=sp_group)
+    tokens = all_gather(torch.tensor(float(counts[sp_rank])), group=sp_group)
+    theirs = sum(loss * n for loss, n in zip(losses, tokens, strict=True)) / sum(tokens)
+    theirs.backward()
+    assert abs(ours.item() - 2.0) < 1e-6 and abs(theirs.item() - 2.0) < 1e-6, (ours, theirs)
+    assert abs(ours_sum.grad.item() - theirs_sum.grad.item()) < 1e-6, (ours_sum.grad,
+                                                                       theirs_sum.grad)
 
 
 def check_refusals(accelerator) -> None:
