@@ -11,10 +11,9 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from accel_parallel.sequence_parallel import DeepSpeedSequenceParallelConfig
+from accel_parallel.sequence_parallel import DeepSpeedSequenceParallelConfig, apply_ulysses
 from accel_parallel.ulysses import (
     UlyssesForward,
-    apply_ulysses,
     heads_to_seq,
     repeat_kv_heads,
     seq_to_heads,

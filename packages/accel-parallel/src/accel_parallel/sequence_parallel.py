@@ -23,18 +23,21 @@ from typing import TYPE_CHECKING, Any
 from accel_state import ConfigurationError
 from accel_state import env as _env
 
+from accel_parallel.ulysses import UlyssesForward, attention_patterns, core_attention_modules
+from accel_parallel.ulysses_data import shard_loader
+from accel_parallel.ulysses_hf import (
+    SP_ATTN_IMPLEMENTATIONS,
+    apply_to_transformers,
+    uses_attention_interface,
+)
+
 if TYPE_CHECKING:
     import torch
 
-    from accel_parallel.mesh import BuiltMesh
-    from accel_parallel.parallelism_config import ParallelismConfig
-
 __all__ = ["DeepSpeedSequenceParallelConfig", "SP_ATTN_IMPLEMENTATIONS",
            "check_sequence_parallel_runtime", "apply_sequence_parallel",
-           "shard_for_sequence_parallel"]
+           "shard_for_sequence_parallel", "apply_ulysses"]
 
-#: attention implementations Ulysses runs with (besides hub-hosted flash-attn kernels)
-SP_ATTN_IMPLEMENTATIONS = ("sdpa", "flash_attention_2", "flash_attention_3")
 _MASK_BASED = ("eager", "flex_attention")
 
 
@@ -162,25 +165,42 @@ def check_sequence_parallel_runtime(config: Any, strategy: str = "nd") -> None:
         "this script with Hugging Face Accelerate.")
 
 
-def apply_sequence_parallel(model: torch.nn.Module, mesh: BuiltMesh,
-                            config: ParallelismConfig) -> list[str]:
+def apply_sequence_parallel(model: torch.nn.Module, mesh: Any, config: Any) -> list[str]:
     """The N-D strategy's Ulysses step (after TP, before FSDP2): wrap the model's core
     attention with the exchange over the mesh's ``sp`` dimension; names what it wrapped."""
     if not config.sp_enabled:
         return []
-    from accel_parallel.ulysses import apply_ulysses
-
     return apply_ulysses(model, mesh.submesh("sp").get_group(), config.sp_handler)
 
 
-def shard_for_sequence_parallel(dataloader: Any, mesh: BuiltMesh | None,
-                                config: ParallelismConfig) -> Any:
+def shard_for_sequence_parallel(dataloader: Any, mesh: Any, config: Any) -> Any:
     """The loader whose batches are this rank's sequence shards (unchanged without SP)."""
     if not config.sp_enabled or mesh is None:
         return dataloader
-    from accel_parallel.ulysses_data import shard_loader
-
     handler = config.sp_handler
     fixed = None if handler is None or handler.sp_seq_length_is_variable else \
         handler.sp_seq_length
     return shard_loader(dataloader, mesh.rank("sp"), mesh.size("sp"), fixed)
+
+
+def apply_ulysses(model: torch.nn.Module, group: Any, handler: Any = None) -> list[str]:
+    """Wrap the model's core attention with the Ulysses exchange over ``group``; returns the
+    names of the wrapped modules (``["<attention interface>"]`` for a transformers model
+    wrapped through its attention interface). A model with nothing named and no attention
+    interface is an error that says how to name its core attention."""
+    patterns = attention_patterns(model, handler)
+    if patterns is not None:
+        targets = core_attention_modules(model, patterns)
+        for _, module in targets:
+            if not isinstance(module.forward, UlyssesForward):
+                module.forward = UlyssesForward(module.forward, group)
+        return [name for name, _ in targets]
+    if uses_attention_interface(model):
+        apply_to_transformers(model, group, handler)
+        return ["<attention interface>"]
+    raise ConfigurationError(
+        f"Ulysses sequence parallelism (sp_size > 1) needs to know which modules of "
+        f"{type(model).__name__} compute attention from (q, k, v): pass ParallelismConfig("
+        "sp_handler=DeepSpeedSequenceParallelConfig(sp_attention_modules=['layers.*.attn."
+        "core'])) or set model._sp_plan to such a list (a transformers model is found through "
+        "its attention interface).")

@@ -12,7 +12,8 @@ inverse exchange), so it runs on every backend that has all-to-all, gloo on CPU 
 Which modules are core attention is named, never guessed: module-name patterns (``*`` for
 one name component, as in a TP plan) from ``DeepSpeedSequenceParallelConfig(
 sp_attention_modules=...)`` or the model's ``_sp_plan``; a transformers model without either
-goes through its attention interface (:mod:`accel_parallel.ulysses_hf`). A core module is
+goes through its attention interface (:mod:`accel_parallel.ulysses_hf`;
+``accel_parallel.sequence_parallel.apply_ulysses`` chooses). A core module is
 called as ``core(q, k, v, *args, **kwargs)`` with ``(batch, heads, seq, head_dim)`` tensors
 and returns the output in that layout.
 """
@@ -28,8 +29,8 @@ import torch
 import torch.distributed as dist
 from accel_state import ConfigurationError
 
-__all__ = ["all_to_all", "seq_to_heads", "heads_to_seq", "UlyssesForward",
-           "apply_ulysses", "core_attention_modules"]
+__all__ = ["all_to_all", "seq_to_heads", "heads_to_seq", "repeat_kv_heads", "UlyssesForward",
+           "core_attention_modules", "attention_patterns"]
 
 
 def _exchange(x: torch.Tensor, group: Any, scatter_dim: int, gather_dim: int) -> torch.Tensor:
@@ -165,28 +166,3 @@ def attention_patterns(model: torch.nn.Module, handler: Any) -> list[str] | None
     if patterns is None:
         patterns = getattr(model, "_sp_plan", None)
     return None if patterns is None else list(patterns)
-
-
-def apply_ulysses(model: torch.nn.Module, group: Any, handler: Any = None) -> list[str]:
-    """Wrap the model's core attention with the Ulysses exchange over ``group``; returns the
-    names of the wrapped modules (``["<attention interface>"]`` for a transformers model
-    wrapped through its attention interface). A model with nothing named and no attention
-    interface is an error that says how to name its core attention."""
-    patterns = attention_patterns(model, handler)
-    if patterns is not None:
-        targets = core_attention_modules(model, patterns)
-        for _, module in targets:
-            if not isinstance(module.forward, UlyssesForward):
-                module.forward = UlyssesForward(module.forward, group)
-        return [name for name, _ in targets]
-    from accel_parallel.ulysses_hf import apply_to_transformers, uses_attention_interface
-
-    if uses_attention_interface(model):
-        apply_to_transformers(model, group, handler)
-        return ["<attention interface>"]
-    raise ConfigurationError(
-        f"Ulysses sequence parallelism (sp_size > 1) needs to know which modules of "
-        f"{type(model).__name__} compute attention from (q, k, v): pass ParallelismConfig("
-        "sp_handler=DeepSpeedSequenceParallelConfig(sp_attention_modules=['layers.*.attn."
-        "core'])) or set model._sp_plan to such a list (a transformers model is found through "
-        "its attention interface).")

@@ -24,9 +24,13 @@ from accel_state import ConfigurationError
 
 from accel_parallel.ulysses import all_to_all, repeat_kv_heads, seq_to_heads
 
-__all__ = ["uses_attention_interface", "apply_to_transformers", "ULYSSES_PREFIX"]
+__all__ = ["uses_attention_interface", "apply_to_transformers", "ULYSSES_PREFIX",
+           "SP_ATTN_IMPLEMENTATIONS"]
 
 ULYSSES_PREFIX = "accel_ulysses_"
+#: the core implementations Ulysses runs with (besides hub-hosted flash-attn kernels): they
+#: attend by position, not by a mask (``sp_attn_implementation``)
+SP_ATTN_IMPLEMENTATIONS = ("sdpa", "flash_attention_2", "flash_attention_3")
 #: registered name -> the sp process group its function exchanges over
 _GROUPS: dict[str, Any] = {}
 
@@ -39,8 +43,6 @@ def uses_attention_interface(model: torch.nn.Module) -> bool:
 
 
 def _core_name(model: torch.nn.Module, handler: Any) -> str:
-    from accel_parallel.sequence_parallel import SP_ATTN_IMPLEMENTATIONS
-
     wanted = getattr(handler, "sp_attn_implementation", None)
     current = str(model.config._attn_implementation or "eager")
     current = current.removeprefix(ULYSSES_PREFIX)
