@@ -5,6 +5,8 @@ line checks)."""
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 
 pytestmark = pytest.mark.multiprocess
@@ -24,6 +26,8 @@ def test_three_schedules_on_two_processes_equal_one_process(explain, launch, scr
         assert f"SPLIT-ERROR-OK rank={rank}" in out, explain(proc)
     for schedule in ("gpipe", "1f1b", "interleaved_1f1b"):
         assert f"STATE-DICT-{schedule}-OK rank=0" in out, explain(proc)
+    if importlib.util.find_spec("transformers") is not None:
+        assert "HF-LLAMA-OK rank=0" in out and "HF-LLAMA-OK rank=1" in out, explain(proc)
     assert out.count("PIPELINE-schedules-DONE") == 2, explain(proc)
 
 

@@ -3,7 +3,8 @@
 argv: MODE OUT_DIR. MODE ``schedules`` (2 processes): GPipe (with manual split points),
 1F1B and interleaved 1F1B (2 stages per rank) on the tiny Llama, each loss curve equal to
 the one-process run; the whole model's ``get_state_dict``; the backward contract's errors;
-``clip_grad_norm_`` by the whole model's norm; the split error and the other refusals.
+``clip_grad_norm_`` by the whole model's norm; the split error and the other refusals; a
+transformers Llama (when transformers is installed).
 MODE ``pp_dp`` (4 processes): 2 stages x 2 replicas, interleaved 2 x 2 stages x TP 2 and 2
 stages x FSDP2 over 2, loss curves equal to one process, then save_state / load_state of
 the staged model: the state after load equals the state saved and the resumed run
@@ -13,9 +14,11 @@ Every check prints one ``...-OK rank=R`` line.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 from accel import Accelerator, DataLoaderConfiguration
@@ -167,6 +170,46 @@ def check_refusals(rank: int) -> None:
     print(f"REFUSALS-OK rank={rank}", flush=True)
 
 
+def check_transformers_llama(rank: int) -> None:
+    """A transformers causal LM splits as it is (``model.model.layers``); the extra keywords
+    reach every stage, and its tuple output reaches ``loss_fn``."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    def make() -> torch.nn.Module:
+        torch.manual_seed(0)
+        return LlamaForCausalLM(LlamaConfig(
+            vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=4,
+            num_attention_heads=4, num_key_value_heads=2))
+
+    def loss_fn(output: Any, labels: torch.Tensor) -> torch.Tensor:
+        # the model returns (logits,); the pipeline's last stage hands a one-element tuple
+        # to the loss as its tensor
+        return lm_loss(output if isinstance(output, torch.Tensor) else output[0], labels)
+
+    reference_model = make()
+    optimizer = optimizer_for(reference_model)
+    want = []
+    for ids, labels in DataLoader(dataset(), batch_size=BATCH):
+        loss = loss_fn(reference_model(ids, use_cache=False, return_dict=False), labels)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        want.append(loss.item())
+    accelerator = Accelerator(cpu=True, parallelism_config=ParallelismConfig(
+        pp_size=2, pp_handler=PipelineParallelConfig(num_microbatches=4, loss_fn=loss_fn)))
+    model = make()
+    model, optimizer, loader = accelerator.prepare(model, optimizer_for(model),
+                                                   DataLoader(dataset(), batch_size=BATCH))
+    got = []
+    for ids, labels in loader:
+        loss = model(ids, target=labels, use_cache=False, return_dict=False)
+        accelerator.backward(loss)
+        optimizer.step()
+        optimizer.zero_grad()
+        got.append(loss.item())
+    check_curve("HF-LLAMA", got, want, rank)
+
+
 def schedules(rank: int) -> None:
     want, final = reference()
     runs = (("gpipe", {"split_points": ["layers.1"]}), ("1f1b", {}),
@@ -190,6 +233,8 @@ def schedules(rank: int) -> None:
             check_contract(accelerator, model, optimizer, batches[0], rank)
     check_clipping(rank)
     check_refusals(rank)
+    if importlib.util.find_spec("transformers") is not None:
+        check_transformers_llama(rank)
     try:
         Accelerator(cpu=True, parallelism_config=ParallelismConfig(pp_size=2)).prepare(
             torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)))
