@@ -28,6 +28,7 @@ from accel_parallel.deepspeed_runtime import (
     import_deepspeed,
     require_deepspeed,
 )
+from accel_parallel.plugins import conflicts
 from accel_parallel.strategy import BOUNDARY, NO_CONTEXT, PrepareRequest, Strategy
 from accel_parallel.unwrap import extract_model_from_parallel
 
@@ -78,7 +79,7 @@ class DeepSpeedStrategy(Strategy):
         from accel_parallel.sequence_parallel import check_sequence_parallel_runtime
 
         check_sequence_parallel_runtime(config.plugins.get("parallelism_config"), "deepspeed")
-        others = sorted(k for k in ("parallelism_config", "tp", "fsdp") if config.plugins.get(k))
+        others = conflicts("deepspeed", config.plugins)
         if others:
             raise ConfigurationError(
                 f"DeepSpeed cannot be combined with {', '.join(others)} (it shards the model "

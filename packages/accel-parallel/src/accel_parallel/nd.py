@@ -44,6 +44,7 @@ from accel_parallel.fsdp_sharding import (
     without_gradient_sync,
 )
 from accel_parallel.mesh import BuiltMesh, build_mesh
+from accel_parallel.plugins import conflicts
 from accel_parallel.sequence_parallel import (
     apply_sequence_parallel,
     check_sequence_parallel_runtime,
@@ -380,7 +381,7 @@ class ParallelismStrategy(MeshStrategy):
     def accepts(cls, config: StrategyConfig) -> bool:
         plugins = config.plugins
         wanted = plugins.get("parallelism_config") is not None or plugins.get("tp") is not None
-        return wanted and plugins.get("deepspeed") is None
+        return wanted and not conflicts("parallelism_config", plugins)
 
     @classmethod
     def from_config(cls, config: StrategyConfig) -> ParallelismStrategy:

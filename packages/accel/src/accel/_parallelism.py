@@ -9,36 +9,12 @@ Ranks along a dimension the run does not have are 0.
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from accel_parallel import ParallelismConfig, TorchTensorParallelPlugin
-from accel_state import ConfigurationError, env
+if TYPE_CHECKING:
+    from accel_parallel import ParallelismConfig
 
-__all__ = ["ParallelismMixin", "resolve_parallelism_plugins"]
-
-
-def resolve_parallelism_plugins(parallelism_config: Any = None,
-                                torch_tp_plugin: Any = None) -> dict[str, Any]:
-    """``{"parallelism_config": ..., "tp": ...}`` from the arguments, or a configuration built
-    from ``PARALLELISM_CONFIG_*`` when ``ACCELERATE_USE_PARALLELISM_CONFIG`` is set."""
-    plugins: dict[str, Any] = {}
-    if parallelism_config is None and env.USE_PARALLELISM_CONFIG.get_bool():
-        parallelism_config = ParallelismConfig()
-    if parallelism_config is not None:
-        if not isinstance(parallelism_config, ParallelismConfig):
-            raise ConfigurationError(
-                f"Accelerator(parallelism_config={parallelism_config!r}) must be a "
-                "ParallelismConfig: build one with accel.ParallelismConfig(dp_shard_size=..., "
-                "tp_size=...).")
-        plugins["parallelism_config"] = parallelism_config
-    if torch_tp_plugin is not None:
-        if not isinstance(torch_tp_plugin, TorchTensorParallelPlugin):
-            raise ConfigurationError(
-                f"Accelerator(torch_tp_plugin={torch_tp_plugin!r}) must be a "
-                "TorchTensorParallelPlugin (deprecated: prefer "
-                "parallelism_config=ParallelismConfig(tp_size=...)).")
-        plugins["tp"] = torch_tp_plugin
-    return plugins
+__all__ = ["ParallelismMixin"]
 
 
 class ParallelismMixin:

@@ -15,14 +15,12 @@ from typing import Any
 
 from accel_parallel import (
     DistributedDataParallelKwargs,
-    DynamoBackend,
-    FullyShardedDataParallelPlugin,
     Strategy,
     StrategyConfig,
-    TorchDynamoPlugin,
     select_strategy,
     strategy_handler_kinds,
 )
+from accel_parallel.plugins import resolve_plugins as _resolve_plugins
 from accel_precision import (
     AORecipeKwargs,
     AutocastKwargs,
@@ -37,15 +35,12 @@ from accel_state import (
     InitProcessGroupKwargs,
     KwargsHandler,
     PartialState,
-    env,
 )
 
-from accel._deepspeed import resolve_deepspeed
-from accel._parallelism import resolve_parallelism_plugins
 from accel._profiling import ProfileKwargs
 
 __all__ = ["Handlers", "collect_handlers", "resolve_precision", "resolve_accumulation",
-           "resolve_plugins", "resolve_dynamo", "resolve_strategy", "reject_unknown_arguments",
+           "resolve_plugins", "resolve_strategy", "reject_unknown_arguments",
            "refuse_megatron"]
 
 #: arguments Accelerate took (or takes) that accel receives another way
@@ -155,52 +150,18 @@ def resolve_plugins(fsdp_plugin: Any = None, *, dynamo_backend: Any = None,
                     deepspeed_plugins: Any = None, gradient_state: Any = None,
                     parallelism_config: Any = None, torch_tp_plugin: Any = None
                     ) -> dict[str, Any]:
-    """The parallelism plugins by kind, from the arguments or the environment
-    (``ACCELERATE_USE_FSDP=true`` builds the FSDP plugin from the ``FSDP_*`` variables,
-    ``ACCELERATE_USE_DEEPSPEED=true`` the DeepSpeed plugin: ``accel/_deepspeed.py``)."""
-    plugins: dict[str, Any] = {}
-    deepspeed = resolve_deepspeed(deepspeed_plugin, deepspeed_plugins, gradient_state)
-    if deepspeed is not None:
-        if fsdp_plugin is not None or env.USE_FSDP.get_bool():
-            source = ("fsdp_plugin=" if fsdp_plugin is not None
-                      else "{}={}".format(*env.USE_FSDP.raw()))
-            raise ConfigurationError(
-                f"FSDP and DeepSpeed are both enabled ({source} and a DeepSpeed plugin): they "
-                "shard the model in different ways; choose one of them.")
-        plugins["deepspeed"] = deepspeed
-    dynamo = resolve_dynamo(dynamo_backend, dynamo_plugin)
-    if dynamo.enabled:
-        plugins["dynamo"] = dynamo
-    if fsdp_plugin is None and env.USE_FSDP.get_bool():
-        fsdp_plugin = FullyShardedDataParallelPlugin()
-    if fsdp_plugin is not None:
-        if not isinstance(fsdp_plugin, FullyShardedDataParallelPlugin):
-            raise ConfigurationError(
-                f"Accelerator(fsdp_plugin={fsdp_plugin!r}) must be a "
-                "FullyShardedDataParallelPlugin: build one with "
-                "accel.FullyShardedDataParallelPlugin(sharding_strategy=..., ...).")
-        plugins["fsdp"] = fsdp_plugin
-    # N-D parallelism (accel/_parallelism.py): ParallelismConfig, TorchTensorParallelPlugin
-    plugins.update(resolve_parallelism_plugins(parallelism_config, torch_tp_plugin))
-    return plugins
-
-
-def resolve_dynamo(backend: Any, plugin: Any) -> TorchDynamoPlugin:
-    """How prepared models are compiled: ``dynamo_plugin=``, else ``dynamo_backend=``, else
-    the ``ACCELERATE_DYNAMO_*`` variables (``accel launch --dynamo_backend``)."""
-    if plugin is not None:
-        if backend is not None:
-            raise ConfigurationError(
-                f"Accelerator got both dynamo_backend={backend!r} and dynamo_plugin={plugin!r}; "
-                "pass one: the backend as TorchDynamoPlugin(backend=...) with the other options.")
-        if not isinstance(plugin, TorchDynamoPlugin):
-            raise ConfigurationError(
-                f"Accelerator(dynamo_plugin={plugin!r}) must be a TorchDynamoPlugin: build one "
-                "with accel.utils.TorchDynamoPlugin(backend=..., mode=...).")
-        return plugin
-    if backend is None:
-        return TorchDynamoPlugin()
-    return TorchDynamoPlugin(backend=DynamoBackend.parse(backend, "Accelerator(dynamo_backend)"))
+    """The parallelism plugins by kind: accel-parallel resolves the arguments (and the
+    ``ACCELERATE_USE_*`` variables) as data (``accel_parallel.plugins``); the facade only
+    takes back the accumulation count a DeepSpeed config may set."""
+    steps = gradient_state.num_steps if gradient_state is not None else 1
+    resolved = _resolve_plugins(fsdp_plugin=fsdp_plugin, deepspeed_plugin=deepspeed_plugin,
+                                deepspeed_plugins=deepspeed_plugins,
+                                parallelism_config=parallelism_config,
+                                torch_tp_plugin=torch_tp_plugin, dynamo_backend=dynamo_backend,
+                                dynamo_plugin=dynamo_plugin, accumulation_steps=steps)
+    if gradient_state is not None and resolved.accumulation_steps != steps:
+        gradient_state.plugin_kwargs["num_steps"] = resolved.accumulation_steps
+    return resolved.plugins
 
 
 def resolve_strategy(state: PartialState, precision: Precision, handlers: Handlers,

@@ -71,7 +71,7 @@ class Accelerator(ProcessMixin, PrecisionMixin, DataMixin, _ckpt.CheckpointingMi
             (or a ``GradientAccumulationPlugin`` for the finer options).
         fsdp_plugin: a ``FullyShardedDataParallelPlugin``: shard the models with FSDP2
             (also ``ACCELERATE_USE_FSDP=true`` with ``FSDP_*`` variables; docs/parallel.md);
-            ``deepspeed_plugin(s)``: DeepSpeed ZeRO (docs/deepspeed.md, ``accel/_deepspeed.py``);
+            ``deepspeed_plugin(s)``: DeepSpeed ZeRO (docs/deepspeed.md, ``accel_parallel.plugins``);
             ``parallelism_config`` / ``torch_tp_plugin``: TP, CP, HSDP on one mesh.
         dynamo_backend / dynamo_plugin: compile prepared models with torch.compile (a
             backend name, or a ``TorchDynamoPlugin``; also ``ACCELERATE_DYNAMO_*``).
