@@ -23,7 +23,7 @@ from torch import nn
 
 __all__ = ["compute_module_sizes", "compute_module_total_buffer_size", "calculate_maximum_sizes",
            "get_max_layer_size", "get_max_memory", "get_balanced_memory", "parse_memory",
-           "normalize_device", "convert_dtype"]
+           "normalize_device", "convert_dtype", "get_module_leaves"]
 
 logger = logging.getLogger("accel.big_modeling")
 
@@ -236,3 +236,10 @@ def get_balanced_memory(model: nn.Module, max_memory: Mapping[Any, Any] | None =
         rest = sum(memory[i] for i in gpus[1:])
         memory[gpus[0]] = min(max(0, sizes[""] - rest), memory[gpus[0]])
     return memory
+
+
+def get_module_leaves(module_sizes: dict[str, int]) -> list[str]:
+    """The names in ``module_sizes`` (as :func:`compute_module_sizes` returns them) with no
+    child listed under them, in their order; the root ``""`` is never a leaf."""
+    parents = {name.rsplit(".", 1)[0] for name in module_sizes if "." in name}
+    return [name for name in module_sizes if name and name not in parents]

@@ -18,7 +18,8 @@ __all__ = ["CONFIG_DESCRIPTION", "CustomArgumentGroup", "CustomArgumentParser",
            "CustomHelpFormatter", "SubcommandHelpFormatter", "clean_option",
            "config_command_parser", "default_command_parser", "deepspeed_launcher",
            "env_command_parser", "get_cluster_input", "get_config_parser",
-           "get_sagemaker_input", "get_user_input", "multi_gpu_launcher", "sagemaker_launcher",
+           "get_sagemaker_input", "get_user_input", "multi_gpu_launcher", "options_to_group",
+           "sagemaker_launcher",
            "simple_launcher", "tpu_launcher", "tpu_pod_launcher", "update_command_parser",
            "verb_main"]
 
@@ -110,6 +111,19 @@ def get_sagemaker_input() -> NoReturn:
     from accel_launch.config_classes import SAGEMAKER_REFUSAL
 
     _refuse("get_sagemaker_input()", SAGEMAKER_REFUSAL)
+
+
+#: Accelerate's map from the flag that picks a platform to the help section of its options,
+#: with accel's section titles (``accel launch --help`` shows every section; the refused
+#: platforms' flags are listed together)
+options_to_group = {
+    "multi_gpu": "processes and machines",
+    "tpu": "refused (Megatron-LM, TPU, SageMaker, IPEX/XPU)",
+    "use_deepspeed": "DeepSpeed",
+    "use_fsdp": "FSDP",
+    "use_megatron_lm": "refused (Megatron-LM, TPU, SageMaker, IPEX/XPU)",
+    "fp8_backend": "fp8",
+}
 
 
 def clean_option(option: str) -> str | None:

@@ -9,16 +9,68 @@ FSDP2 (``fully_shard``) has no sharding-strategy enum, backward/forward prefetch
 from __future__ import annotations
 
 import argparse
+import enum
 import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["convert_config_to_fsdp2", "convert_with_notes", "register", "to_fsdp2_command"]
+__all__ = ["ARGUMENT_KEY_MAPPING", "ARGUMENT_VALUE_MAPPING", "ConversionStatus",
+           "convert_config_to_fsdp2", "convert_with_notes", "load_config", "register",
+           "to_fsdp2_command"]
 
+
+class ConversionStatus(enum.Enum):
+    """Why an FSDP1 key has no FSDP2 key (Accelerate's names)."""
+
+    NOT_YET_IMPLEMENTED = 0
+    REMOVED = -1
+
+
+#: FSDP1 key -> its FSDP2 key, or why it is dropped. Keys not listed are carried over.
+ARGUMENT_KEY_MAPPING: dict[str, str | ConversionStatus] = {
+    **{key: key for key in (
+        "fsdp_version", "fsdp_reshard_after_forward", "fsdp_auto_wrap_policy",
+        "fsdp_cpu_ram_efficient_loading", "fsdp_offload_params", "fsdp_state_dict_type",
+        "fsdp_transformer_layer_cls_to_wrap", "fsdp_min_num_params",
+        "fsdp_activation_checkpointing")},
+    "fsdp_sharding_strategy": "fsdp_reshard_after_forward",
+    "fsdp_backward_prefetch": ConversionStatus.REMOVED,
+    "fsdp_backward_prefetch_policy": ConversionStatus.REMOVED,
+    "fsdp_forward_prefetch": ConversionStatus.NOT_YET_IMPLEMENTED,
+    "fsdp_sync_module_states": ConversionStatus.REMOVED,
+    "fsdp_use_orig_params": ConversionStatus.REMOVED,
+}
+
+#: sharding strategy (by name or FSDP1's enum number) -> fsdp_reshard_after_forward.
+#: NO_SHARD is absent on purpose: it is DDP, and the conversion refuses it saying so.
 _RESHARD = {"FULL_SHARD": True, "HYBRID_SHARD": True, "SHARD_GRAD_OP": False,
-            "_HYBRID_SHARD_ZERO2": False, "1": True, "2": False, "4": True, "5": False}
-_DROPPED = ("fsdp_backward_prefetch", "fsdp_backward_prefetch_policy", "fsdp_forward_prefetch",
-            "fsdp_use_orig_params", "fsdp_sync_module_states")
+            "HYBRID_SHARD_ZERO2": False, "_HYBRID_SHARD_ZERO2": False,
+            "1": True, "2": False, "4": True, "5": False}
+#: FSDP1 key -> {FSDP1 value -> FSDP2 value} for the renamed keys whose values change
+ARGUMENT_VALUE_MAPPING: dict[str, dict[str, bool]] = {
+    "fsdp_sharding_strategy": _RESHARD, "fsdp_reshard_after_forward": _RESHARD}
+_DROPPED = tuple(key for key, status in ARGUMENT_KEY_MAPPING.items()
+                 if isinstance(status, ConversionStatus))
+
+
+def load_config(config_file: str | Path) -> dict[str, Any]:
+    """The mapping a YAML (or JSON) config file holds; a missing or empty file is an error."""
+    import yaml
+    from accel_state.errors import ConfigurationError
+
+    from accel_launch._file_errors import ConfigFileNotFoundError
+
+    path = Path(config_file)
+    if not path.is_file():
+        raise ConfigFileNotFoundError(f"config file {str(path)!r} not found: check the path, "
+                                      "or run `accel config` to write one.")
+    config = yaml.safe_load(path.read_text())
+    if not config:
+        raise ConfigurationError(f"config file {str(path)!r} is empty: nothing to convert.")
+    if not isinstance(config, dict):
+        raise ConfigurationError(f"config file {str(path)!r} holds a "
+                                 f"{type(config).__name__}, not a mapping of settings.")
+    return config
 
 
 def convert_config_to_fsdp2(config: dict[str, Any]) -> dict[str, Any]:
@@ -40,7 +92,7 @@ def convert_with_notes(config: dict[str, Any]) -> tuple[dict[str, Any], list[str
         return config, ["fsdp_version is 2 already: nothing changed."]
     strategy = fsdp.pop("fsdp_sharding_strategy", None)
     if strategy is not None:
-        key = str(strategy).upper()
+        key = str(strategy).upper()  # ARGUMENT_VALUE_MAPPING's keys
         if key in ("NO_SHARD", "3"):
             raise ConfigurationError(
                 "fsdp_sharding_strategy NO_SHARD has no FSDP2 equivalent: use distributed_type "

@@ -147,7 +147,27 @@ def _tensor_type_codes() -> dict:
 TENSOR_TYPE_TO_INT = _tensor_type_codes()
 TENSOR_INT_TO_DTYPE = {code: dtype for dtype, code in TENSOR_TYPE_TO_INT.items()}
 
-__all__ += ["USE_TORCH_XLA", "is_torch_distributed_available", "is_tqdm_available",
+def gather_tensor_shape(tensor: Any) -> tuple[Any, int]:
+    """``(shape, dtype code)`` of the tensor that one process passes (``None`` elsewhere),
+    on every process: the shape as a 1-D int tensor on this process's device, the dtype as
+    its :data:`TENSOR_TYPE_TO_INT` code. Every process must call it (one collective)."""
+    import torch
+    from accel_state import PartialState
+    from accel_state.errors import DistributedError
+    from accel_state.operations import gather_object
+
+    state = PartialState()
+    mine = None if tensor is None else (list(tensor.shape), TENSOR_TYPE_TO_INT[tensor.dtype])
+    every = gather_object([mine]) if state.num_processes > 1 else [mine]
+    found = [info for info in every if info is not None]
+    if not found:
+        raise DistributedError("gather_tensor_shape got None on every process: pass the "
+                               "tensor on the process that has it.")
+    shape, code = found[0]
+    return torch.tensor(shape, dtype=torch.int, device=state.device), code
+
+
+__all__ += ["USE_TORCH_XLA", "gather_tensor_shape", "is_torch_distributed_available", "is_tqdm_available",
             "is_repeated_blocks", "has_repeated_blocks", "check_device_same",
             "is_torch_xpu_tensor", "do_nothing", "MpDeviceLoaderWrapper", "TENSOR_TYPE_TO_INT",
             "TENSOR_INT_TO_DTYPE"]

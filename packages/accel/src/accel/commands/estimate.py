@@ -1,5 +1,6 @@
 """Accelerate's ``accelerate.commands.estimate`` path: accel-inference's
-``accel estimate-memory`` verb and the estimators behind it."""
+``accel estimate-memory`` verb, the estimators behind it and the steps of Accelerate's
+command under its names (``accel_inference.estimate_helpers``)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,15 @@ from typing import Any
 from accel_inference.cli_estimate import estimate_command
 from accel_inference.cli_estimate import register as estimate_command_register
 from accel_inference.estimate import estimate_training, estimate_weights
+from accel_inference.estimate_helpers import (
+    add_timm_hub_prefix,
+    check_has_model,
+    create_ascii_table,
+    create_empty_model,
+    estimate_training_usage,
+    gather_data,
+    verify_on_hub,
+)
 from accel_launch.cli_compat import CustomArgumentParser, verb_main
 from accel_launch.parser import verb_parser
 
@@ -17,7 +27,9 @@ from accel._module_compat import forward_to
 main = verb_main("estimate-memory")
 
 __all__ = ["estimate_command", "estimate_command_parser", "estimate_command_register",
-           "estimate_training", "estimate_weights", "CustomArgumentParser", "main"]
+           "estimate_training", "estimate_weights", "CustomArgumentParser", "main",
+           "add_timm_hub_prefix", "check_has_model", "create_ascii_table", "create_empty_model",
+           "estimate_training_usage", "gather_data", "verify_on_hub"]
 
 
 def estimate_command_parser(subparsers: Any = None) -> argparse.ArgumentParser:

@@ -8,6 +8,7 @@ from accel_launch.cli_compat import (
     clean_option,
     deepspeed_launcher,
     multi_gpu_launcher,
+    options_to_group,
     sagemaker_launcher,
     simple_launcher,
     tpu_launcher,
@@ -30,7 +31,8 @@ main = verb_main("launch")
 __all__ = ["launch_command", "launch_command_parser", "launch_command_run",
            "prepare_deepspeed_cmd_env", "prepare_multi_gpu_env", "prepare_simple_launcher_cmd_env",
            "CustomArgumentParser", "CustomHelpFormatter", "DYNAMO_BACKENDS", "clean_option",
-           "deepspeed_launcher", "main", "multi_gpu_launcher", "sagemaker_launcher",
+           "deepspeed_launcher", "main", "multi_gpu_launcher", "options_to_group",
+           "sagemaker_launcher",
            "simple_launcher", "tpu_launcher", "tpu_pod_launcher"]
 
 

@@ -7,13 +7,21 @@ from typing import Any
 
 from accel_launch.cli_compat import CustomArgumentParser
 from accel_launch.parser import verb_parser
-from accel_launch.to_fsdp2 import convert_config_to_fsdp2, to_fsdp2_command
+from accel_launch.to_fsdp2 import (
+    ARGUMENT_KEY_MAPPING,
+    ARGUMENT_VALUE_MAPPING,
+    ConversionStatus,
+    convert_config_to_fsdp2,
+    load_config,
+    to_fsdp2_command,
+)
 from accel_launch.to_fsdp2 import register as to_fsdp2_command_register
 
 from accel._module_compat import forward_to
 
-__all__ = ["convert_config_to_fsdp2", "to_fsdp2_command", "to_fsdp2_command_parser",
-           "to_fsdp2_command_register", "CustomArgumentParser"]
+__all__ = ["ARGUMENT_KEY_MAPPING", "ARGUMENT_VALUE_MAPPING", "ConversionStatus",
+           "convert_config_to_fsdp2", "load_config", "to_fsdp2_command",
+           "to_fsdp2_command_parser", "to_fsdp2_command_register", "CustomArgumentParser"]
 
 
 def to_fsdp2_command_parser(subparsers: Any = None) -> argparse.ArgumentParser:

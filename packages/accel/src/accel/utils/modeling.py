@@ -17,6 +17,7 @@ from accel_inference.sizing import (
     get_balanced_memory,
     get_max_layer_size,
     get_max_memory,
+    get_module_leaves,
 )
 from accel_inference.tensors import (
     align_module_device,
@@ -36,7 +37,7 @@ from accel_inference.tied import (
 from accel._accelerate_helpers import check_device_same, get_grad_scaler, is_tqdm_available
 from accel._module_compat import forward_to
 
-__all__ = ["infer_auto_device_map", "check_device_map", "clean_device_map",
+__all__ = ["infer_auto_device_map", "check_device_map", "clean_device_map", "get_module_leaves",
            "load_checkpoint_in_model", "load_state_dict", "load_offloaded_weights",
            "calculate_maximum_sizes", "compute_module_sizes", "compute_module_total_buffer_size",
            "get_balanced_memory", "get_max_layer_size", "get_max_memory", "align_module_device",

@@ -8,6 +8,7 @@ from accel_state.operations import __all__ as __all__  # noqa: F401
 from accel._accelerate_helpers import (
     TENSOR_INT_TO_DTYPE,
     TENSOR_TYPE_TO_INT,
+    gather_tensor_shape,
     is_torch_distributed_available,
     is_torch_xpu_tensor,
 )

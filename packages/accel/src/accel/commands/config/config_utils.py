@@ -1,14 +1,16 @@
-"""Accelerate's ``accelerate.commands.config.config_utils`` path: the help formatter and the
-dynamo backend names (accel's questions are ``accel_launch.prompts``)."""
+"""Accelerate's ``accelerate.commands.config.config_utils`` path: the help formatter, the
+dynamo backend names and the ``BulletMenu`` Accelerate's questions use (accel's questions
+are ``accel_launch.prompts``)."""
 
 from __future__ import annotations
 
 from accel_launch.cli_compat import SubcommandHelpFormatter
 from accel_launch.flags_plugins import DYNAMO_BACKENDS
+from accel_launch.menu import BulletMenu
 
 from accel._module_compat import forward_to
 
-__all__ = ["DYNAMO_BACKENDS", "SubcommandHelpFormatter"]
+__all__ = ["BulletMenu", "DYNAMO_BACKENDS", "SubcommandHelpFormatter"]
 
 
 # Accelerate's incidental names (helpers its module happened to import), on first use

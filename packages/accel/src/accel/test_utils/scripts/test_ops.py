@@ -8,7 +8,8 @@ accel's own version of the check Accelerate bundles at this path (started with
   lists one object per rank; ``broadcast`` and ``broadcast_object_list`` copy rank 0's;
 * ``pad_across_processes`` pads the shorter tensors with zeros (at the end, or first);
 * ``reduce`` sums, averages and takes the maximum; ``copy_tensor_to_devices`` sends the
-  main process's tensor to the others;
+  main process's tensor to the others, ``gather_tensor_shape`` the shape and dtype code
+  of the tensor only the last process holds;
 * in debug mode (``PartialState().debug``, ``ACCELERATE_DEBUG_MODE=1``) an operation whose
   inputs disagree in shape across ranks raises ``DistributedOperationException`` on every
   rank instead of hanging or mixing data.
@@ -29,6 +30,7 @@ from accel.utils.operations import (
     copy_tensor_to_devices,
     gather,
     gather_object,
+    gather_tensor_shape,
     pad_across_processes,
     reduce,
 )
@@ -99,6 +101,9 @@ def check_copy_tensor_to_devices(state: PartialState) -> None:
     mine = torch.tensor([1, 2, 3], dtype=torch.int).to(state.device)
     got = copy_tensor_to_devices(mine if state.is_main_process else None)
     assert torch.equal(got, mine), f"copy_tensor_to_devices gave {got}"
+    last = torch.zeros(2, 3, dtype=torch.bfloat16)
+    shape, code = gather_tensor_shape(last if state.is_last_process else None)
+    assert shape.tolist() == [2, 3] and code == 4, f"gather_tensor_shape gave {shape}, {code}"
 
 
 def check_mismatched_shapes_raise(state: PartialState) -> None:
