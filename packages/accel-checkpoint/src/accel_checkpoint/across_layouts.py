@@ -8,7 +8,8 @@ state dicts:
 1. the manifest is checked and every file is hash-checked first, the ranks sharing the
    work; a problem found by any rank is raised on every rank, before anything changes;
 2. every rank reads the full states: DCP rebuilds the whole saved state dict from its
-   shards (any number of them: the saving world size does not matter), a replicated
+   shards (any number of them: the saving world size does not matter), each shard's
+   bytes hash-checked again as they are read (one file in memory at a time), a replicated
    checkpoint's safetensors + JSON are read as they are (each file digest-checked again
    on the very bytes read). A replicated optimizer state keys parameters by position; it
    is keyed by the owning model's parameter names (DCP's form) here;
@@ -163,10 +164,11 @@ def _read_dcp_full(path: Path, manifest: Manifest) -> dict[str, Any]:
     from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
 
     from accel_checkpoint.dcp_io import DCP_METADATA_NAME, SafeFullLoadPlanner, VerifiedReader
-    from accel_checkpoint.dcp_writer import describe_dcp_error
+    from accel_checkpoint.dcp_writer import raise_dcp_error
 
     state: dict[str, Any] = {}
-    reader = VerifiedReader(path, manifest.files.get(DCP_METADATA_NAME))
+    # every shard's bytes hash-checked as they are read (into a dict no object shares)
+    reader = VerifiedReader(path, manifest.files.get(DCP_METADATA_NAME), files=manifest.files)
     with warnings.catch_warnings():  # no_dist: this rank reads every shard by itself
         warnings.filterwarnings("ignore", "torch.distributed is disabled")
         try:
@@ -174,7 +176,7 @@ def _read_dcp_full(path: Path, manifest: Manifest) -> dict[str, Any]:
             _load_state_dict(state, storage_reader=reader, planner=SafeFullLoadPlanner(),
                              no_dist=True)
         except CheckpointException as exc:
-            raise CheckpointError(f"Could not read {path}: {describe_dcp_error(exc)}") from exc
+            raise_dcp_error(exc, path, "read")
     return state
 
 

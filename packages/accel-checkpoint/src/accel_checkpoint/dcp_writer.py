@@ -15,7 +15,7 @@ unpickles, and DCP's non-tensor values with ``torch.load(weights_only=True)``
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +24,10 @@ from accel_state.protocols import UNPICKLES_RESTRICTED
 from torch import nn
 from torch.distributed.checkpoint.api import CheckpointException
 
-from accel_checkpoint.errors import CheckpointError
+from accel_checkpoint.errors import CheckpointError, CorruptCheckpointError
 
-__all__ = ["DCPWriter", "SHARDED_LAYOUT", "describe_dcp_error"]
+__all__ = ["DCPWriter", "SHARDED_LAYOUT", "describe_dcp_error", "raise_dcp_error",
+           "agree_on_files"]
 
 #: ``manifest.json`` ``layout`` of a DCP checkpoint.
 SHARDED_LAYOUT = "sharded"
@@ -43,6 +44,30 @@ def describe_dcp_error(exc: BaseException) -> str:
         first = str(error).strip().splitlines()[0] if str(error).strip() else ""
         lines.append(f"rank {rank}: {type(error).__name__}: {first}")
     return "; ".join(lines)
+
+
+def raise_dcp_error(exc: BaseException, path: Path, doing: str = "load") -> None:
+    """Raise DCP's ``CheckpointException`` as ours: the first rank's
+    ``CorruptCheckpointError`` when a file failed its check, else a ``CheckpointError``."""
+    failures = getattr(exc, "failures", None)
+    for _, pair in sorted(failures.items()) if isinstance(failures, dict) else ():
+        error = pair[0] if isinstance(pair, tuple) else pair
+        if isinstance(error, CorruptCheckpointError):
+            raise CorruptCheckpointError(error.path, error.problem) from exc
+    raise CheckpointError(f"Could not {doing} {path}: {describe_dcp_error(exc)}") from exc
+
+
+def agree_on_files(on: bool) -> Callable[[str | None], None]:
+    """A collective for :class:`~accel_checkpoint.dcp_io.VerifiedReader`: every rank passes
+    its problem (``"path\\0problem"``) or ``None``; the first one is raised on every rank."""
+    from accel_checkpoint.rank_writers import gather
+
+    def agree(problem: str | None) -> None:
+        found = sorted(p for p in gather(problem, on) if p)
+        if found:
+            raise CorruptCheckpointError(*found[0].split("\0", 1))
+
+    return agree
 
 
 def _owner(optimizer: torch.optim.Optimizer, models: dict[str, nn.Module]) -> nn.Module:
@@ -122,22 +147,26 @@ class DCPWriter:
         return files
 
     def load(self, path: Path, objects: Mapping[str, Any], rank: int, world_size: int) -> None:
-        """DCP-load ``objects`` from ``path`` (``.metadata`` hash-checked as it is read)."""
+        """DCP-load ``objects`` from ``path``: DCP reads only bytes hash-checked as they are
+        read (:class:`~accel_checkpoint.dcp_io.VerifiedReader`), and every rank's files
+        pass before any rank fills a tensor."""
         import torch.distributed.checkpoint as dcp
 
         from accel_checkpoint.dcp_io import DCP_METADATA_NAME, SafeLoadPlanner, VerifiedReader
         from accel_checkpoint.manifest import read_manifest
+        from accel_checkpoint.rank_writers import dist_info
 
+        files = read_manifest(path).files
         state = _state_dicts(objects)
-        reader = VerifiedReader(path, read_manifest(path).files.get(DCP_METADATA_NAME))
+        reader = VerifiedReader(path, files.get(DCP_METADATA_NAME), files=files,
+                                agree=agree_on_files(dist_info()[2]))
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", "torch.distributed is disabled")
             try:
                 dcp.load(state, storage_reader=reader, planner=SafeLoadPlanner(),
                          no_dist=world_size == 1)
             except CheckpointException as exc:  # a BaseException: give it our type and a line
-                raise CheckpointError(f"Could not load {path}: {describe_dcp_error(exc)}"
-                                      ) from exc
+                raise_dcp_error(exc, path)
         _apply(objects, state)
 
     def full_state_dict(self, model: nn.Module) -> dict[str, Any]:

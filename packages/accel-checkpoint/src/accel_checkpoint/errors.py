@@ -28,6 +28,10 @@ class CorruptCheckpointError(CheckpointError, ValueError):
         self.path = str(path)
         self.problem = problem
 
+    def __reduce__(self) -> tuple[type, tuple[str, str]]:
+        # picklable, so it can cross ranks (DCP gathers every rank's failure)
+        return type(self), (self.path, self.problem)
+
 
 class CheckpointNotFoundError(CheckpointError, FileNotFoundError):
     """The checkpoint folder asked for does not exist (``path``: the folder)."""

@@ -58,12 +58,14 @@ def load_full_state_dict(checkpoint_dir: str | os.PathLike[str],
                               "give the directory a sharded save wrote (it holds .metadata).")
     kinds: dict[str, str] = {}
     expected = None
+    files = None
     if (path / MANIFEST_NAME).is_file():
         from accel_checkpoint.sharded import OBJECTS_KEY, read_sharded_manifest
 
         manifest = read_sharded_manifest(path)
         kinds = dict(manifest.metadata.get(OBJECTS_KEY, {}))
         expected = manifest.files.get(DCP_METADATA_NAME)
+        files = manifest.files
     elif not (path / DCP_METADATA_NAME).is_file():
         raise CheckpointError(f"{path} is not a torch.distributed.checkpoint directory (no "
                               f"{DCP_METADATA_NAME} and no {MANIFEST_NAME}): merge_fsdp_weights "
@@ -77,13 +79,13 @@ def load_full_state_dict(checkpoint_dir: str | os.PathLike[str],
     planner = SafeFullLoadPlanner(keys={name} if name is not None else None)
     from torch.distributed.checkpoint.api import CheckpointException
 
-    from accel_checkpoint.dcp_writer import describe_dcp_error
+    from accel_checkpoint.dcp_writer import raise_dcp_error
 
+    reader = VerifiedReader(path, expected, files=files)  # files: each read is hash-checked
     try:
-        _load_state_dict(state, storage_reader=VerifiedReader(path, expected), planner=planner,
-                         no_dist=True)
+        _load_state_dict(state, storage_reader=reader, planner=planner, no_dist=True)
     except CheckpointException as exc:  # a BaseException: give it our type and a line
-        raise CheckpointError(f"Could not read {path}: {describe_dcp_error(exc)}") from exc
+        raise_dcp_error(exc, path, "read")
     return state[name] if name is not None else state
 
 
