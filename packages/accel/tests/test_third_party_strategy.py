@@ -81,3 +81,31 @@ def test_its_handler_once_only_and_unknown_handlers_list_it(demo_package) -> Non
                                                demo_package.DemoKwargs()])
     with pytest.raises(ConfigurationError, match="unsupported object.*DemoKwargs"):
         Accelerator(cpu=True, kwargs_handlers=[object()])
+
+
+def test_a_ready_strategy_instance_stands_where_accelerate_takes_a_plugin() -> None:
+    """``Accelerator(fsdp_plugin=<a Strategy>)`` (or ``deepspeed_plugin=``,
+    ``torch_tp_plugin=``) runs that very object; with another parallelism argument it is
+    refused naming both."""
+    from accel_parallel import SingleDeviceStrategy
+    from accel_state import PartialState
+
+    class Counting(SingleDeviceStrategy):
+        name = "counting"
+        backwards = 0
+
+        def backward(self, loss, **kwargs):
+            self.backwards += 1
+            super().backward(loss, **kwargs)
+
+    ready = Counting(PartialState(cpu=True))
+    accelerator = Accelerator(cpu=True, torch_tp_plugin=ready)
+    assert accelerator.strategy is ready
+    model = accelerator.prepare(torch.nn.Linear(2, 1))
+    accelerator.backward(model(torch.ones(1, 2)).sum())
+    assert ready.backwards == 1
+    with pytest.raises(ConfigurationError, match=r"fsdp_plugin=<Counting>\) is a ready "
+                                                 r"strategy.*parallelism_config was given"):
+        from accel import ParallelismConfig
+
+        Accelerator(cpu=True, fsdp_plugin=ready, parallelism_config=ParallelismConfig())

@@ -5,7 +5,8 @@ strategies that read them, so the facade forwards its arguments and knows no bac
 ``parallelism_config=``, ``torch_tp_plugin=`` and ``dynamo_backend=`` / ``dynamo_plugin=``
 (or the ``ACCELERATE_USE_*`` variables the launcher sets) into the
 ``StrategyConfig.plugins`` mapping the strategies ``accepts``: ``"fsdp"``, ``"deepspeed"``
-(name -> ``DeepSpeedPlugin``), ``"parallelism_config"``, ``"tp"``, ``"dynamo"``. Which kinds
+(name -> ``DeepSpeedPlugin``), ``"parallelism_config"``, ``"tp"``, ``"dynamo"`` (and
+``"strategy"``: a strategy instance the user built, used as it is). Which kinds
 cannot run together is declared once, in :data:`EXCLUSIVE` (:func:`conflicts`). DeepSpeed's module is imported
 only when DeepSpeed is asked for.
 """
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from accel_state import ConfigurationError, env
 
 from accel_parallel.compile import DynamoBackend, TorchDynamoPlugin
+from accel_parallel.strategy import Strategy
 
 if TYPE_CHECKING:
     from accel_parallel.deepspeed_plugin import DeepSpeedPlugin
@@ -56,9 +58,28 @@ def resolve_plugins(*, fsdp_plugin: Any = None, deepspeed_plugin: Any = None,
     (``ACCELERATE_USE_FSDP=true`` builds the FSDP plugin from the ``FSDP_*`` variables,
     ``ACCELERATE_USE_DEEPSPEED=true`` the DeepSpeed plugin, ``ACCELERATE_USE_PARALLELISM_CONFIG``
     the ``ParallelismConfig``); FSDP with DeepSpeed (:data:`EXCLUSIVE`) is an error naming
-    both sources."""
+    both sources. A ready :class:`Strategy` instance where Accelerate takes a plugin
+    (``fsdp_plugin=``, ``deepspeed_plugin=``, ``torch_tp_plugin=``) is the run's strategy
+    (``"strategy"``), used as it is."""
     resolved = ResolvedPlugins(accumulation_steps=accumulation_steps)
     plugins = resolved.plugins
+    arguments = {"fsdp_plugin": fsdp_plugin, "deepspeed_plugin": deepspeed_plugin,
+                 "torch_tp_plugin": torch_tp_plugin, "deepspeed_plugins": deepspeed_plugins,
+                 "parallelism_config": parallelism_config}
+    ready = [name for name, value in arguments.items() if isinstance(value, Strategy)]
+    if ready:
+        others = [name for name, value in arguments.items()
+                  if value is not None and name != ready[0]]
+        if others:
+            raise ConfigurationError(
+                f"Accelerator({ready[0]}=<{type(arguments[ready[0]]).__name__}>) is a ready "
+                f"strategy, which runs the models by itself, but {', '.join(others)} was given "
+                "too; pass the strategy alone (configure it when you build it).")
+        plugins["strategy"] = arguments[ready[0]]
+        dynamo = resolve_dynamo(dynamo_backend, dynamo_plugin)
+        if dynamo.enabled:
+            plugins["dynamo"] = dynamo
+        return resolved
     deepspeed = resolve_deepspeed(deepspeed_plugin, deepspeed_plugins)
     if deepspeed is not None:
         resolved.accumulation_steps = _agree_on_accumulation(deepspeed, accumulation_steps)

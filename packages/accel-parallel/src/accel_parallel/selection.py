@@ -38,14 +38,20 @@ def _candidates() -> list[tuple[str, type[Strategy]]]:
 
 
 def select_strategy(config: StrategyConfig) -> Strategy:
-    """The strategy for ``config``: the one requested by name, else the first (by priority)
-    whose ``accepts(config)`` is true."""
+    """The strategy for ``config``: a ready instance the user gave (``plugins["strategy"]``),
+    else the one requested by name, else the first (by priority) whose ``accepts(config)``
+    is true."""
     strategy = _build(config)
-    strategy.dynamo_plugin = config.plugins.get("dynamo")
+    dynamo = config.plugins.get("dynamo")
+    if dynamo is not None:  # (a ready instance keeps a plugin of its own otherwise)
+        strategy.dynamo_plugin = dynamo
     return strategy
 
 
 def _build(config: StrategyConfig) -> Strategy:
+    ready = config.plugins.get("strategy")
+    if ready is not None:  # a Strategy instance given where Accelerate takes a plugin
+        return ready
     requested = config.requested or env.STRATEGY.get()
     if requested:
         return STRATEGIES.get(requested).from_config(config)
