@@ -34,15 +34,8 @@ KNOWN_MISSING: dict[str, str] = {
     "accelerate.commands.launch:FORMAT": "rich's log format, bound only when rich is installed",
     "accelerate:rich": ("bound only when rich is installed (rich tracebacks): accel has no "
                         "rich-traceback module"),
-    "accelerate.optimizer:patch_optimizer_step": (
-        "wraps an optimizer's step to flag GradScaler skips; accel's AcceleratedOptimizer asks "
-        "the strategy's scaler instead (accel/optimizer.py was being changed by another "
-        "session when this was reviewed)"),
     **{f"accelerate.utils.bnb:{n}": _INTERNAL + " (bitsandbytes quantization steps)" for n in (
         "get_parameter_device", "get_quantized_model_device_map", "quantize_and_offload_8bit")},
-    "accelerate.utils.modeling:fallback_allocate": (
-        _INTERNAL + ": infer_auto_device_map places with accel_inference._placement's planner, "
-        "which has no fallback pass of this shape"),
     "accelerate.utils.other:TORCH_SAFE_GLOBALS": ("numpy globals for torch.load unpickling: "
                                                   "accel never unpickles (DESIGN §5)"),
     "accelerate.utils.launch:env_var_path_add": (

@@ -49,8 +49,10 @@ def test_estimate_training_usage_follows_accelerates_rule():
 def test_the_ascii_table_is_boxed_and_centred():
     table = helpers.create_ascii_table(["dtype", "Total Size"], [["float32", "1 KB"]], "Memory")
     lines = table.splitlines()
-    assert lines[0] == "┌" + "─" * 18 + "┐" and lines[1] == "│" + "Memory".center(18) + "│"
-    assert lines[3] == "│ dtype │Total Size│" and lines[5] == "│float32│   1 KB   │"
+    assert lines[0] == "┌" + "─" * 18 + "┐"
+    assert lines[1] == "│" + "Memory".center(18) + "│"
+    assert lines[3] == "│ dtype │Total Size│"
+    assert lines[5] == "│float32│   1 KB   │"
     assert lines[-1] == "└───────┴──────────┘" and len({len(line) for line in lines}) == 1
     wide = helpers.create_ascii_table(["a"], [["1"]], "a long title").splitlines()
     assert len({len(line) for line in wide}) == 1 and "a long title" in wide[1]
@@ -82,3 +84,34 @@ def test_module_leaves_are_the_names_without_children():
     sizes = compute_module_sizes(tiny())
     assert get_module_leaves(sizes) == ["0.weight", "0.bias", "2.weight", "2.bias"]
     assert get_module_leaves({"": 1, "a": 1, "a.b": 1, "c": 1}) == ["a.b", "c"]
+
+
+class _Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.big = nn.Sequential(nn.Linear(16, 16), nn.Linear(16, 2))
+        self.head = nn.Linear(2, 2)
+
+
+def test_fallback_allocate_finds_the_first_block_that_fits():
+    from accel_inference.fallback import fallback_allocate
+
+    net = _Net()
+    sizes = compute_module_sizes(net)
+    assert (sizes["big"], sizes["big.0"], sizes["head"]) == (1224, 1088, 24)
+    modules = list(net.named_children())
+    # big and big.0 are too large, so is big.0.weight; big.0.bias (64 B) fits
+    name, block, rest = fallback_allocate(modules, sizes, 200)
+    assert name == "big.0.bias" and block is net.big[0].bias
+    assert [n for n, _ in rest] == ["big.0.weight", "big.1", "head"]
+    assert fallback_allocate(modules, sizes, 5000)[0] == "big"
+    assert fallback_allocate(modules, sizes, 4) == (None, None, modules)  # smallest: 8 B
+    assert fallback_allocate(modules, sizes, "not a size") == (None, None, modules)
+    # a class that must not be split is skipped whole: the next block that fits is head
+    name, _, rest = fallback_allocate(modules, sizes, 200, no_split_module_classes=["Sequential"])
+    assert name == "head" and [n for n, _ in rest] == ["big"]
+    # a tied partner outside the block counts toward its size (head joins big: +8 B)
+    tied = [["big.1.weight", "head.weight"]]
+    assert fallback_allocate(modules, sizes, 1224)[0] == "big"
+    assert fallback_allocate(modules, sizes, 1224, tied_parameters=tied)[0] != "big"
+    assert fallback_allocate(modules, sizes, 1232, tied_parameters=tied)[0] == "big"

@@ -48,3 +48,17 @@ def test_gather_tensor_shape_on_one_process():
     with pytest.raises(DistributedError, match="None on every process"):
         gather_tensor_shape(None)
     assert get_module_leaves({"a": 1, "a.b": 1}) == ["a.b"]
+
+
+def test_patch_optimizer_step_flags_that_the_step_ran():
+    from accel.optimizer import patch_optimizer_step
+
+    model = torch.nn.Linear(2, 1)
+    sgd = torch.optim.SGD(model.parameters(), lr=0.1)
+    holder = type("Holder", (), {"_accelerate_step_called": False})()
+    step = patch_optimizer_step(holder, sgd.step)
+    model(torch.ones(1, 2)).sum().backward()
+    before = model.weight.detach().clone()
+    step()
+    assert holder._accelerate_step_called is True
+    assert not torch.equal(before, model.weight) and step.__name__ == "step"

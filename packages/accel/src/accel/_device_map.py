@@ -28,9 +28,7 @@ def _dispatched_map(model: torch.nn.Module) -> dict[str, Any] | None:
 def refuse_dispatched_models(accelerator: Any, models: Iterable[torch.nn.Module]) -> None:
     """Raise when a model split over several devices is prepared for a distributed run
     (unless ``ACCEL_BYPASS_DEVICE_MAP`` / ``ACCELERATE_BYPASS_DEVICE_MAP`` is true)."""
-    # read from the shared state, as Accelerate's prepare does: after
-    # AcceleratorState._reset_state() every prepare fails here with the error that says so
-    if accelerator.state.distributed_type is DistributedType.NO:
+    if accelerator.distributed_type is DistributedType.NO:
         return
     for model in models:
         device_map = _dispatched_map(model)

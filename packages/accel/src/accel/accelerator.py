@@ -182,6 +182,9 @@ class Accelerator(ProcessMixin, PrecisionMixin, DataMixin, _ckpt.CheckpointingMi
                           evaluation_mode: bool = False, slice_fn_for_dispatch: Any = None,
                           ) -> list[Any]:
         """One strategy call for every object not prepared yet; results in the same order."""
+        # read from the shared state, as Accelerate's prepare does: after
+        # AcceleratorState._reset_state() this fails with the AttributeError that says so
+        _ = self.state.distributed_type
         kinds: dict[str, list[int]] = {kind: [] for kind in _KINDS}
         for i, obj in enumerate(objects):
             kind = None if getattr(obj, "_is_accelerate_prepared", False) else _kind_of(obj)

@@ -8,6 +8,7 @@ which strategy it is.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -16,12 +17,25 @@ from accel_state import GradientState, send_to_device
 
 from accel._module_compat import forward_to
 
-__all__ = ["AcceleratedOptimizer", "move_to_device"]
+__all__ = ["AcceleratedOptimizer", "move_to_device", "patch_optimizer_step"]
 
 
 def move_to_device(state: Any, device: torch.device) -> Any:
     """Move every tensor of an optimizer state dict to ``device``."""
     return send_to_device(state, device)
+
+
+def patch_optimizer_step(accelerated_optimizer: Any, method: Any) -> Any:
+    """``method`` (an optimizer's ``step``) wrapped to set
+    ``accelerated_optimizer._accelerate_step_called`` when it runs, as Accelerate's helper
+    does: code that hands a step to a GradScaler can tell afterwards whether it ran."""
+
+    @functools.wraps(method)
+    def patched_step(*args: Any, **kwargs: Any) -> Any:
+        accelerated_optimizer._accelerate_step_called = True
+        return method(*args, **kwargs)
+
+    return patched_step
 
 
 class AcceleratedOptimizer(torch.optim.Optimizer):

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from accel_inference.device_map import check_device_map, clean_device_map, infer_auto_device_map
+from accel_inference.fallback import fallback_allocate
 from accel_inference.loading import load_checkpoint_in_model, load_state_dict
 from accel_inference.offload import (
     get_state_dict_from_offload,
@@ -37,7 +38,9 @@ from accel_inference.tied import (
 from accel._accelerate_helpers import check_device_same, get_grad_scaler, is_tqdm_available
 from accel._module_compat import forward_to
 
-__all__ = ["infer_auto_device_map", "check_device_map", "clean_device_map", "get_module_leaves",
+# get_module_leaves and fallback_allocate are Accelerate's module-only names (not in
+# accelerate.utils), so they stay out of __all__
+__all__ = ["infer_auto_device_map", "check_device_map", "clean_device_map",
            "load_checkpoint_in_model", "load_state_dict", "load_offloaded_weights",
            "calculate_maximum_sizes", "compute_module_sizes", "compute_module_total_buffer_size",
            "get_balanced_memory", "get_max_layer_size", "get_max_memory", "align_module_device",
