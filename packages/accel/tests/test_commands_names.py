@@ -62,3 +62,13 @@ def test_patch_optimizer_step_flags_that_the_step_ran():
     step()
     assert holder._accelerate_step_called is True
     assert not torch.equal(before, model.weight) and step.__name__ == "step"
+
+
+def test_get_parameter_device():
+    from accel_state.errors import ConfigurationError
+
+    from accel.utils.bnb import get_parameter_device
+
+    assert get_parameter_device(torch.nn.Linear(1, 1)) == torch.device("cpu")
+    with pytest.raises(ConfigurationError, match="ReLU has no parameters"):
+        get_parameter_device(torch.nn.ReLU())

@@ -28,7 +28,7 @@ from accel_inference.tensors import set_module_tensor_to_device
 from accel_inference.tied import device_of, find_tied_parameters, retie_parameters
 
 __all__ = ["BnbQuantizationConfig", "load_and_quantize_model", "has_4bit_bnb_layers",
-           "replace_with_bnb_layers", "get_keys_to_not_convert"]
+           "replace_with_bnb_layers", "get_keys_to_not_convert", "get_parameter_device"]
 
 logger = logging.getLogger("accel.big_modeling")
 _AUTO_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
@@ -243,3 +243,13 @@ def load_and_quantize_model(model: nn.Module, bnb_quantization_config: BnbQuanti
     for name in bnb_layers:  # bitsandbytes quantises as the weights reach their device
         model.get_submodule(name).to(_execution_device(_layer_device(name, device_map)))
     return dispatch_model(model, device_map=device_map, offload_dir=offload_folder)
+
+
+def get_parameter_device(parameter: nn.Module) -> torch.device:
+    """The device of a module's first parameter (Accelerate's helper of the same name); a
+    module without parameters is an error naming it."""
+    first = next(iter(parameter.parameters()), None)
+    if first is None:
+        raise ConfigurationError(f"{type(parameter).__name__} has no parameters, so it has no "
+                                 "parameter device; pass a module that holds weights.")
+    return first.device

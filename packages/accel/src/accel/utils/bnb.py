@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from accel_inference.quantize import (
     get_keys_to_not_convert,
+    get_parameter_device,
     has_4bit_bnb_layers,
     load_and_quantize_model,
     replace_with_bnb_layers,
@@ -12,7 +13,7 @@ from accel_inference.quantize import (
 from accel._module_compat import forward_to
 
 __all__ = ["load_and_quantize_model", "has_4bit_bnb_layers", "replace_with_bnb_layers",
-           "get_keys_to_not_convert"]
+           "get_keys_to_not_convert", "get_parameter_device"]
 
 
 # Accelerate's incidental names (helpers its module happened to import), on first use
