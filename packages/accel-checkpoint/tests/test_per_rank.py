@@ -6,6 +6,7 @@ The 2-process run is tests/integration/test_checkpoint_per_rank.py.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from accel_checkpoint import CheckpointError, CorruptCheckpointError
 from accel_checkpoint.manifest import verify_checkpoint
 from accel_checkpoint.per_rank import load_rank_state, save_rank_state
 from accel_checkpoint.sharded import save_sharded_state
+from accel_checkpoint.tree import unflatten_state
 from accel_state.protocols import RankCheckpointWriter
 from checkpoint_writers import SafetensorsWriter
 from torch import nn
@@ -172,3 +174,63 @@ def test_prepare_runs_after_the_checks_and_may_fill_the_objects(saved):
 
     load_rank_state(path, SafetensorsWriter(), objects, prepare=prepare)
     assert calls == [path] and same_params(model, fresh)
+
+
+class CheckedReadsWriter(SafetensorsWriter):
+    """Says ``reads_verified``: parses only the bytes the loader's ``read`` checked."""
+
+    reads_verified = True
+
+    def load(self, path: Path, objects, rank: int, world_size: int, *, read=None) -> None:
+        from safetensors.torch import load as load_bytes
+
+        self.loads += 1
+        tensors = load_bytes(read(path / f"rank{rank}.safetensors"))
+        skeleton = json.loads(read(path / f"rank{rank}.json"))
+        state = unflatten_state(skeleton, tensors)
+        for name, obj in objects.items():
+            obj.load_state_dict(state[name])
+
+
+def test_a_writer_that_reads_verified_parses_the_checked_bytes(saved, monkeypatch):
+    """A file changed after the verification pass (another process, a flaky disk) is
+    refused when the writer reads it, and nothing changes."""
+    import accel_checkpoint.per_rank as per_rank
+
+    path = saved[0]
+    model = build(seed=1)[0]
+    writer = CheckedReadsWriter()
+    load_rank_state(path, writer, {"model": model})
+    assert same_params(model, saved[1]) and writer.loads == 1
+
+    victim, check = path / "rank0.safetensors", per_rank._check_share
+
+    def check_then_damage(*args):
+        found = check(*args)
+        raw = bytearray(victim.read_bytes())
+        raw[-3] ^= 0x01  # in the last tensor's values
+        victim.write_bytes(bytes(raw))
+        return found
+
+    monkeypatch.setattr(per_rank, "_check_share", check_then_damage)
+    fresh = build(seed=2)[0]
+    before = [p.detach().clone() for p in fresh.parameters()]
+    with pytest.raises(CorruptCheckpointError, match="rank0.safetensors.*xxh3-128"):
+        load_rank_state(path, writer, {"model": fresh})
+    assert all(torch.equal(a, b) for a, b in zip(before, fresh.parameters()))
+
+
+def test_verified_reader_reads_only_listed_unchanged_files(saved):
+    from accel_checkpoint.hashing import verified_reader
+
+    path = saved[0]
+    read = verified_reader(path, verify_checkpoint(path).files)
+    assert read(path / "rank0.json") == (path / "rank0.json").read_bytes()
+    (path / "extra.pt").write_bytes(b"x")
+    with pytest.raises(CorruptCheckpointError, match="extra.pt: not listed in the manifest"):
+        read(path / "extra.pt")
+    with pytest.raises(CorruptCheckpointError, match="not listed"):
+        read(path.parent / "elsewhere.pt")
+    (path / "rank0.json").write_text("{}")
+    with pytest.raises(CorruptCheckpointError, match="rank0.json: size is 2 bytes"):
+        read(path / "rank0.json")

@@ -48,3 +48,29 @@ def test_without_partitions_the_torch_optimizer_state_is_returned(tmp_path):
     weights, optimizer = read_zero_full_states(tmp_path)
     assert torch.equal(weights["weight"], torch.ones(2)) and optimizer["param_groups"] == [
         {"params": [0]}]
+
+
+def test_files_are_unpickled_from_the_bytes_read_returns(tmp_path):
+    """With ``read`` (the facade's hash-checked reader) the files are not opened again:
+    what is unpickled is what ``read`` returned for each path, for the full-state reader
+    and for DeepSpeed's own load_checkpoint (through the restricted checkpoint engine)."""
+    pytest.importorskip("deepspeed")
+    from accel_parallel.deepspeed_checkpoint import _RestrictedEngine
+    from accel_parallel.deepspeed_states import read_zero_full_states
+
+    state = {"state": {}, "param_groups": [{"params": [0]}]}
+    _model_states(tmp_path, optimizer=state)
+    model_file = tmp_path / "mp_rank_00_model_states.pt"
+    checked = {model_file: model_file.read_bytes()}
+    model_file.write_bytes(b"changed after the check")  # a re-opened file would fail
+    asked = []
+
+    def read(path):
+        asked.append(path)
+        return checked[path]
+
+    weights, _ = read_zero_full_states(tmp_path, read)
+    assert torch.equal(weights["weight"], torch.ones(2)) and asked == [model_file]
+    engine = _RestrictedEngine(object(), read)
+    assert torch.equal(engine.load(model_file)["module"]["weight"], torch.ones(2))
+    assert asked == [model_file, model_file]

@@ -40,7 +40,7 @@ __all__ = ["HASH_CHUNK", "DIGESTS", "check_digest", "digest_algorithm", "current
            "FileRecord",
            "Verification", "hash_pool", "chunk_digests",
            "chunked_record", "record_of", "map_file", "read_file", "empty_buffer",
-           "check_bytes", "hash_file",
+           "check_bytes", "verified_reader", "hash_file",
            "record_new_files", "BackgroundFlusher", "fsync_file", "fsync_dir"]
 
 #: Bytes per hashed chunk (format 2): small enough to spread a file over every core.
@@ -326,6 +326,29 @@ def check_bytes(path: object, data: Any, record: FileRecord, fast: bool = True) 
         raise _corrupt(path, f"size is {size} bytes but the manifest says {record.size}: "
                        "the file is truncated or was changed")
     _check_chunks(path, _submit_chunks(data, record, fast), record, fast)
+
+
+def verified_reader(root: str | os.PathLike[str], files: Any) -> Any:
+    """``read(path) -> bytes``: the bytes of a file under ``root``, read into memory once
+    and checked against its record in ``files`` (the manifest's, by relative POSIX path),
+    for readers that parse what they read (unpickle it): they then use exactly the bytes
+    that were checked. A file ``files`` does not list is refused, never read."""
+    base = Path(os.path.abspath(root))
+
+    def read(path: str | os.PathLike[str]) -> bytes:
+        file = Path(os.path.abspath(path))  # both relative to the same working directory
+        name = file.relative_to(base).as_posix() if base in file.parents else None
+        record = files.get(name) if name is not None else None
+        if record is None:
+            raise _corrupt(file, "not listed in the manifest, so accel does not read it")
+        try:
+            raw = (base / name).read_bytes()
+        except FileNotFoundError:
+            raise _corrupt(file, "listed in the manifest but missing") from None
+        check_bytes(file, raw, record)
+        return raw
+
+    return read
 
 
 class Verification:

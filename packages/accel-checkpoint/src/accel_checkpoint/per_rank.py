@@ -18,7 +18,10 @@ The protocol (the writer — DCP, an engine's checkpoint — only writes and rea
 Loading checks the manifest and layout, refuses a writer that unpickles arbitrary objects
 unless trusted (see :func:`pickle_problem`), hashes every file (the ranks share the
 work; a bad file is named on every rank), runs ``prepare(path)`` (load hooks), reads the
-replicated objects and RNG states, and only then calls ``writer.load``.
+replicated objects and RNG states, and only then calls ``writer.load`` — with
+``read=`` (:func:`~accel_checkpoint.hashing.verified_reader`: a file's bytes, read once
+and hash-checked) when the writer says ``reads_verified``, so that what it parses is what
+was checked.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ from accel_checkpoint.hashing import (
     fsync_file,
     hash_file,
     record_new_files,
+    verified_reader,
 )
 from accel_checkpoint.manager import read_object
 from accel_checkpoint.manifest import Manifest, library_versions, verify_checkpoint
@@ -348,7 +352,9 @@ def load_rank_state(directory: str | os.PathLike[str], writer: RankCheckpointWri
     saved = manifest.metadata.get(OBJECTS_KEY, {})
     chosen = {n: o for n, o in objects.items() if n in saved}
     refuse_misfits(path, [(n, whole[n], st) for n, st in states.items()])  # before the writer
-    if chosen:
+    if chosen and getattr(writer, "reads_verified", False):  # it parses checked bytes
+        writer.load(path, chosen, rank, world, read=verified_reader(path, manifest.files))
+    elif chosen:
         writer.load(path, chosen, rank, world)
     apply_states(path, [(name, whole[name], state) for name, state in states.items()])
     if rng_state is not None:

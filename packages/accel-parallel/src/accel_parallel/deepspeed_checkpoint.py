@@ -17,14 +17,21 @@ that reads them with ``torch.load(weights_only=True)`` under an allow-list of th
 DeepSpeed classes its checkpoints hold (:func:`deepspeed_safe_globals`), so the writer
 declares ``unpickles = "restricted"``: no code of the file's choosing can run, and no
 ``trust_pickles`` is needed. A file with any other class is refused, naming it.
+
+Verified bytes: every file DeepSpeed's ``load_checkpoint`` reads goes through that
+checkpoint engine's ``load``; given ``read=`` (accel-checkpoint's per-rank loader passes
+one, since the writer says ``reads_verified``), it unpickles the bytes ``read`` returned
+after hash-checking them against the manifest, so a file changed after the verification
+pass is refused instead of loaded.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import pickle
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -52,15 +59,24 @@ def deepspeed_safe_globals() -> list[Any]:
     return [LossScaler, DynamicLossScaler, ZeroStageEnum, fragment_address]
 
 
-def restricted_load(path: Any, map_location: Any = None) -> Any:
-    """``torch.load(weights_only=True)`` with :func:`deepspeed_safe_globals` allowed."""
+#: ``read(path) -> bytes``: a file's bytes, read once and hash-checked against the
+#: checkpoint's manifest (accel-checkpoint's ``verified_reader``, handed down by its caller).
+VerifiedRead = Callable[[Any], bytes]
+
+
+def restricted_load(path: Any, map_location: Any = None, read: VerifiedRead | None = None
+                    ) -> Any:
+    """``torch.load(weights_only=True)`` with :func:`deepspeed_safe_globals` allowed.
+    ``read``: unpickle the bytes it returns for ``path`` (the very bytes it checked)
+    instead of opening the file again."""
     allowed = deepspeed_safe_globals()
     scope = getattr(torch.serialization, "safe_globals", None)
     if scope is None:  # torch 2.4: only the process-wide list exists
         torch.serialization.add_safe_globals(allowed)
+    source = io.BytesIO(read(path)) if read is not None else path  # BytesIO shares the bytes
     with scope(allowed) if scope is not None else contextlib.nullcontext():
         try:
-            return torch.load(path, map_location=map_location, weights_only=True)
+            return torch.load(source, map_location=map_location, weights_only=True)
         except pickle.UnpicklingError as error:
             named = re.search(r"GLOBAL ([\w.]+)", str(error))
             what = named.group(1) if named else str(error).splitlines()[0]
@@ -74,11 +90,12 @@ def restricted_load(path: Any, map_location: Any = None) -> Any:
 class _RestrictedEngine:
     """DeepSpeed's checkpoint engine with its ``load`` replaced by :func:`restricted_load`."""
 
-    def __init__(self, inner: Any) -> None:
+    def __init__(self, inner: Any, read: VerifiedRead | None = None) -> None:
         self._inner = inner
+        self._read = read
 
     def load(self, path: Any, map_location: Any = None) -> Any:
-        return restricted_load(path, map_location)
+        return restricted_load(path, map_location, self._read)
 
     def __getattr__(self, name: str) -> Any:
         if name == "_inner":  # not set yet (copy, unpickling): no recursion
@@ -115,6 +132,9 @@ class DeepSpeedWriter:
 
     layout = DEEPSPEED_LAYOUT
     unpickles = UNPICKLES_RESTRICTED
+    reads_verified = True
+    """``load`` takes ``read=`` (a :data:`VerifiedRead`): DeepSpeed then unpickles the
+    bytes that were hash-checked, not the file opened again."""
 
     def __init__(self, engines: Mapping[str, Any]) -> None:
         self.engines = engines
@@ -170,7 +190,8 @@ class DeepSpeedWriter:
                 mine.append(path.relative_to(staging).as_posix())
         return mine
 
-    def load(self, path: Path, objects: Mapping[str, Any], rank: int, world_size: int) -> None:
+    def load(self, path: Path, objects: Mapping[str, Any], rank: int, world_size: int, *,
+             read: VerifiedRead | None = None) -> None:
         root = Path(path) / DEEPSPEED_DIR
         engines = self._engines(objects)
         with_optimizer = {id(self._owner_of_optimizer(o)) for o in objects.values()
@@ -183,7 +204,7 @@ class DeepSpeedWriter:
                               world_size)
         for tag, engine in engines.items():
             original = engine.checkpoint_engine
-            engine.checkpoint_engine = _RestrictedEngine(original)
+            engine.checkpoint_engine = _RestrictedEngine(original, read)
             try:
                 loaded, _ = engine.load_checkpoint(
                     str(root), tag=tag, load_optimizer_states=id(engine) in with_optimizer,

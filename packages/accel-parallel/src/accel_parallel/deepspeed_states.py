@@ -10,7 +10,8 @@ each parameter are joined in rank order, whatever number of processes saved it. 
 checkpoint without ZeRO partitions (stage 0) holds the torch optimizer's own state.
 
 Files are read with :func:`~accel_parallel.deepspeed_checkpoint.restricted_load` (an
-allow-list of DeepSpeed's data classes: no code runs). ZeRO-3 (every parameter partitioned
+allow-list of DeepSpeed's data classes: no code runs), from the bytes the caller's
+``read`` hash-checked when it gives one (the facade does). ZeRO-3 (every parameter partitioned
 on its own), model parallelism and DeepSpeed's elastic partition format are refused,
 naming the way out (``accel merge-weights``).
 """
@@ -85,9 +86,12 @@ def _zero_states(folder: Path, shapes: list[Any], parts: list[dict[str, Any]]
     return weights, {"state": state, "param_groups": groups}
 
 
-def read_zero_full_states(folder: str | Path) -> tuple[dict[str, torch.Tensor], Any]:
+def read_zero_full_states(folder: str | Path, read: Any = None
+                          ) -> tuple[dict[str, torch.Tensor], Any]:
     """``(model state dict, optimizer state)`` of one engine's DeepSpeed checkpoint folder
-    (see the module docstring); the optimizer state is ``None`` when none was saved."""
+    (see the module docstring); the optimizer state is ``None`` when none was saved.
+    ``read`` (``path -> bytes``, hash-checked: accel-checkpoint's ``verified_reader``):
+    every file is unpickled from the bytes it returns, not opened again."""
     from accel_state.imports import require
 
     from accel_parallel.deepspeed_checkpoint import restricted_load
@@ -100,12 +104,13 @@ def read_zero_full_states(folder: str | Path) -> tuple[dict[str, torch.Tensor], 
     if not (folder / _MODEL_FILE).is_file():
         raise _refuse(folder, f"no {_MODEL_FILE} (a ZeRO-3 checkpoint partitions the "
                       "parameters themselves)")
-    model = restricted_load(folder / _MODEL_FILE, map_location="cpu")
+    model = restricted_load(folder / _MODEL_FILE, map_location="cpu", read=read)
     module = {k: v for k, v in model["module"].items() if isinstance(v, torch.Tensor)}
     files = _partition_files(folder)
     if not files:  # no ZeRO partitions: the torch optimizer's own state, by position
         return module, model.get("optimizer")
-    parts = [restricted_load(f, map_location="cpu")["optimizer_state_dict"] for f in files]
+    parts = [restricted_load(f, map_location="cpu", read=read)["optimizer_state_dict"]
+             for f in files]
     stage = int(parts[0].get("zero_stage", 0))
     if stage not in (1, 2) or not all(isinstance(p.get("base_optimizer_state"), dict)
                                       and "param_slice_mappings" in p for p in parts):

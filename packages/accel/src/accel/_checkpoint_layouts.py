@@ -61,8 +61,10 @@ _ADVICE = {
 def _deepspeed_states(path: Path, manifest: Manifest, names: list[str],
                       owners: dict[str, str]) -> dict[str, Any]:
     """The full states of a DeepSpeed checkpoint's engines (accel-parallel reads ZeRO's
-    partitions), only from files its manifest lists (they were hash-checked)."""
+    partitions), only from files its manifest lists, each unpickled from the very bytes
+    that were hash-checked as they were read."""
     from accel_parallel.deepspeed_checkpoint import DEEPSPEED_DIR
+    from accel_checkpoint.hashing import verified_reader
     from accel_parallel.deepspeed_states import read_zero_full_states
 
     read: dict[str, Any] = {}
@@ -80,7 +82,7 @@ def _deepspeed_states(path: Path, manifest: Manifest, names: list[str],
             if unlisted:
                 raise CheckpointError(f"{folder} holds files its manifest does not list "
                                       f"({', '.join(unlisted[:5])}): remove them.")
-            read[tag] = read_zero_full_states(folder)
+            read[tag] = read_zero_full_states(folder, verified_reader(path, manifest.files))
         weights, optimizer = read[tag]
         if name not in owners:
             states[name] = weights
