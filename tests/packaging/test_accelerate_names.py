@@ -45,8 +45,6 @@ KNOWN_MISSING: dict[str, str] = {
     "accelerate.utils.launch:env_var_path_add": (
         "edits an arbitrary environment variable; accel reads os.environ only through "
         "accel_state.env's declared contract"),
-    "accelerate.utils.launch:prepare_extend_env_parallelism_config": (
-        "accel launch writes PARALLELISM_CONFIG_* from its flag table (accel_launch.worker_env)"),
 }
 
 

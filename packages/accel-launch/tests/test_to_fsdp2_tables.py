@@ -1,4 +1,5 @@
-"""accel_launch.to_fsdp2's tables (Accelerate's names) drive the conversion, and load_config."""
+"""accel_launch.to_fsdp2's tables (Accelerate's names) drive the conversion, and load_config;
+options_to_group; prepare_extend_env_parallelism_config."""
 
 from __future__ import annotations
 
@@ -45,3 +46,17 @@ def test_options_to_group_names_sections_of_the_launch_help():
     assert set(options_to_group) == {"multi_gpu", "tpu", "use_deepspeed", "use_fsdp",
                                      "use_megatron_lm", "fp8_backend"}
     assert set(options_to_group.values()) <= titles
+
+
+def test_prepare_extend_env_parallelism_config_writes_the_given_sizes():
+    from accel_launch.launch import launch_command_parser
+    from accel_launch.launch_utils import prepare_extend_env_parallelism_config
+
+    args = launch_command_parser().parse_args(
+        ["--parallelism_config_tp_size", "2", "--parallelism_config_cp_size", "1", "train.py"])
+    env = {"KEEP": "1"}
+    assert prepare_extend_env_parallelism_config(args, env) is env
+    assert env["KEEP"] == "1" and env["ACCELERATE_USE_PARALLELISM_CONFIG"] == "true"
+    assert env["PARALLELISM_CONFIG_TP_SIZE"] == env["ACCEL_PARALLELISM_CONFIG_TP_SIZE"] == "2"
+    assert env["PARALLELISM_CONFIG_CP_SIZE"] == "1"
+    assert "PARALLELISM_CONFIG_SP_SIZE" not in env  # not given: the worker's default

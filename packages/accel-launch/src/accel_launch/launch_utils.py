@@ -22,6 +22,7 @@ __all__ = [
     "convert_dict_to_env_variables",
     "is_port_in_use",
     "prepare_deepspeed_cmd_env",
+    "prepare_extend_env_parallelism_config",
     "prepare_multi_gpu_env",
     "prepare_simple_launcher_cmd_env",
 ]
@@ -82,3 +83,19 @@ def prepare_deepspeed_cmd_env(args: argparse.Namespace) -> tuple[list[str], dict
                                  "JSON as --config_file).")
     return plan.command, _rendezvous_env(plan, args)
 
+
+def prepare_extend_env_parallelism_config(args: argparse.Namespace,
+                                          current_env: dict[str, str]) -> dict[str, str]:
+    """``current_env`` with ParallelismConfig switched on and a ``PARALLELISM_CONFIG_*``
+    variable (canonical and Accelerate spelling) for each ``--parallelism_config_*`` flag
+    ``args`` gives (a flag left unset is left to the worker's default); returns it."""
+    from accel_launch.flags import GROUPS
+    from accel_launch.worker_env import put
+
+    put("ACCELERATE_USE_PARALLELISM_CONFIG", True, current_env)
+    section = next(group for group in GROUPS if group.title == "ParallelismConfig")
+    for flag in section.flags:
+        value = getattr(args, flag.dest, None)
+        if value is not None and flag.env is not None:
+            put(flag.env, value, current_env)
+    return current_env

@@ -7,6 +7,7 @@ from accel_launch.launch_utils import (
     convert_dict_to_env_variables,
     is_port_in_use,
     prepare_deepspeed_cmd_env,
+    prepare_extend_env_parallelism_config,
     prepare_multi_gpu_env,
     prepare_simple_launcher_cmd_env,
 )
@@ -27,6 +28,7 @@ __all__ = [
     "convert_dict_to_env_variables",
     "is_port_in_use",
     "prepare_deepspeed_cmd_env",
+    "prepare_extend_env_parallelism_config",
     "prepare_multi_gpu_env",
     "prepare_simple_launcher_cmd_env",
 ]
