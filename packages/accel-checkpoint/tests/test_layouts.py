@@ -195,3 +195,50 @@ def test_restricted_writers_load_without_an_opt_in(tmp_path, monkeypatch):
     fresh = model(seed=1)
     load_rank_state(path, DCPWriter(), {"model": fresh})
     assert torch.equal(fresh.weight, net.weight)
+
+
+# -- strict=False on a per-rank layout -----------------------------------------------------------
+class Grown(nn.Module):
+    """The saved net plus a layer the checkpoint does not have."""
+
+    def __init__(self, seed: int) -> None:
+        super().__init__()
+        torch.manual_seed(seed)
+        self.net, self.head = nn.Linear(4, 3), nn.Linear(3, 1)
+
+
+def test_strict_false_loads_a_sharded_checkpoint_with_missing_and_unexpected_keys(tmp_path):
+    """As Accelerate's load_state(strict=False) for models, in the same layout and across
+    layouts: the keys both have load, the model's extra keys keep their values, the
+    checkpoint's extra keys are ignored; strict=True refuses, nothing changed."""
+    from accel_checkpoint import save_checkpoint
+    from accel_checkpoint.across_layouts import load_across_layouts
+
+    layout = resolve_layout("sharded")
+    saved = Grown(seed=0)
+    saved.extra = nn.Linear(2, 2)  # unexpected in the target
+    sharded = layout.save(tmp_path / "s", {"model": saved}, rng=False)
+    replicated = save_checkpoint(tmp_path / "r", {"model": saved}, rng=False)
+    for path, load in ((sharded, layout.load), (replicated, load_across_layouts)):
+        target = Grown(seed=1)
+        target.tail = nn.Linear(1, 1)  # missing in the checkpoint
+        before = {k: v.clone() for k, v in target.state_dict().items()}
+        with pytest.raises(CheckpointError):
+            load(path, {"model": layout.load_entry(target)}, rng=False)
+        assert all(torch.equal(v, target.state_dict()[k]) for k, v in before.items())
+        load(path, {"model": layout.load_entry(target, strict=False)}, rng=False)
+        assert torch.equal(target.net.weight, saved.net.weight)
+        assert torch.equal(target.head.weight, saved.head.weight)
+        assert torch.equal(target.tail.weight, before["tail.weight"])
+
+
+def test_strict_false_with_a_writer_that_loads_only_strictly_is_refused(tmp_path):
+    layout = PerRankLayout(PickleWriter())
+    net = model()
+    path = layout.save(tmp_path / "p", {"model": net}, rng=False)
+    fresh = model(seed=1)
+    with pytest.raises(CheckpointError, match=r"strict=False cannot load \['model'\].*"
+                                              "PickleWriter.*loads_non_strict"):
+        layout.load(path, {"model": layout.load_entry(fresh, strict=False)}, rng=False,
+                    trust_pickles=True)
+    assert not torch.equal(fresh.weight, net.weight)

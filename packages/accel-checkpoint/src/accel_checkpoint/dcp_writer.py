@@ -103,8 +103,9 @@ def _state_dicts(objects: Mapping[str, Any]) -> dict[str, Any]:
     return state
 
 
-def _apply(objects: Mapping[str, Any], state: dict[str, Any]) -> None:
+def _apply(objects: Mapping[str, Any], state: dict[str, Any], non_strict: Any = ()) -> None:
     from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
         set_model_state_dict,
         set_optimizer_state_dict,
     )
@@ -112,7 +113,8 @@ def _apply(objects: Mapping[str, Any], state: dict[str, Any]) -> None:
     models = _models(objects)
     for name, obj in objects.items():
         if isinstance(obj, nn.Module):
-            set_model_state_dict(obj, state[name])
+            set_model_state_dict(obj, state[name],
+                                 options=StateDictOptions(strict=name not in non_strict))
         elif isinstance(obj, torch.optim.Optimizer):
             set_optimizer_state_dict(_owner(obj, models), obj, state[name])
         else:
@@ -124,6 +126,8 @@ class DCPWriter:
 
     layout = SHARDED_LAYOUT
     unpickles = UNPICKLES_RESTRICTED
+    loads_non_strict = True
+    """``load`` takes ``non_strict=`` (model entry names loaded as ``strict=False``)."""
 
     def save(self, staging: Path, objects: Mapping[str, Any], rank: int,
              world_size: int) -> list[str]:
@@ -146,10 +150,14 @@ class DCPWriter:
             files.append(DCP_METADATA_NAME)
         return files
 
-    def load(self, path: Path, objects: Mapping[str, Any], rank: int, world_size: int) -> None:
+    def load(self, path: Path, objects: Mapping[str, Any], rank: int, world_size: int, *,
+             non_strict: Any = ()) -> None:
         """DCP-load ``objects`` from ``path``: DCP reads only bytes hash-checked as they are
         read (:class:`~accel_checkpoint.dcp_io.VerifiedReader`), and every rank's files
-        pass before any rank fills a tensor."""
+        pass before any rank fills a tensor. The models named in ``non_strict`` load as
+        ``load_state_dict(strict=False)`` does: their keys the checkpoint lacks keep their
+        values, and keys only the checkpoint has are ignored (a shape mismatch still
+        fails)."""
         import torch.distributed.checkpoint as dcp
 
         from accel_checkpoint.dcp_io import DCP_METADATA_NAME, SafeLoadPlanner, VerifiedReader
@@ -160,6 +168,10 @@ class DCPWriter:
         state = _state_dicts(objects)
         reader = VerifiedReader(path, files.get(DCP_METADATA_NAME), files=files,
                                 agree=agree_on_files(dist_info()[2]))
+        if non_strict:  # DCP reads only the keys given: give those the checkpoint has
+            saved = set(reader.read_metadata().state_dict_metadata)
+            for name in non_strict:
+                state[name] = {k: v for k, v in state[name].items() if f"{name}.{k}" in saved}
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", "torch.distributed is disabled")
             try:
@@ -167,7 +179,7 @@ class DCPWriter:
                          no_dist=world_size == 1)
             except CheckpointException as exc:  # a BaseException: give it our type and a line
                 raise_dcp_error(exc, path)
-        _apply(objects, state)
+        _apply(objects, state, non_strict)
 
     def full_state_dict(self, model: nn.Module) -> dict[str, Any]:
         """The model's full state dict, gathered to CPU on rank 0 (``{}`` elsewhere); a

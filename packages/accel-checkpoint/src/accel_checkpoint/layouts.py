@@ -109,6 +109,18 @@ class _StrictLoad:
         self.model.load_state_dict(state, strict=self.strict)
 
 
+class _NonStrict:
+    """A model of a per-rank layout loaded with ``strict=False`` (``load_entry``): the
+    layout's load hands the writer the model and its name in ``non_strict``; a load across
+    layouts reads the flag through ``checked_module``."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model = model
+
+    def checked_module(self) -> tuple[torch.nn.Module, bool]:
+        return self.model, False
+
+
 class ReplicatedLayout(CheckpointLayout):
     """Rank 0 writes full state dicts (safetensors + JSON), each rank its RNG states."""
 
@@ -174,7 +186,7 @@ class PerRankLayout(CheckpointLayout):
         return list(models), []
 
     def load_entry(self, model: torch.nn.Module, strict: bool = True) -> Any:
-        return model
+        return model if strict else _NonStrict(model)
 
     def full_state_dict(self, model: torch.nn.Module) -> dict[str, Any]:
         own = getattr(self.writer, "full_state_dict", None)
@@ -225,16 +237,20 @@ class PerRankLayout(CheckpointLayout):
 
         per_rank: dict[str, Any] = {}
         whole: dict[str, Any] = {}
+        non_strict: set[str] = set()
 
         def split(checked: Path) -> None:  # after the checks and the caller's prepare
             if prepare is not None:
                 prepare(checked)
-            mine, rest = split_objects(objects)
+            plain = {n: o.model if isinstance(o, _NonStrict) else o for n, o in objects.items()}
+            non_strict.update(n for n, o in objects.items() if isinstance(o, _NonStrict))
+            mine, rest = split_objects(plain)
             per_rank.update(mine)
             whole.update(rest)
 
         loaded = load_rank_state(path, self.writer, per_rank, strict=strict, replicated=whole,
-                                 rng=rng, prepare=split, trust_pickles=trust_pickles)
+                                 rng=rng, prepare=split, trust_pickles=trust_pickles,
+                                 non_strict=non_strict)
         return LoadedCheckpoint(loaded.path, loaded.manifest, loaded.data, loaded.step, None)
 
     def __repr__(self) -> str:

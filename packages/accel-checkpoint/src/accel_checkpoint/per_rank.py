@@ -314,11 +314,31 @@ def _missing(path: Path, manifest: Manifest, kinds: dict[str, str], whole: dict[
         warnings.warn(f"{path} has no object(s) {missing}; they keep their state.", stacklevel=4)
 
 
+def _load_options(path: Path, writer: RankCheckpointWriter, manifest: Manifest,
+                  non_strict: set[str]) -> dict[str, Any]:
+    """The keyword arguments ``writer.load`` says it takes: ``read`` (a hash-checked
+    reader: :func:`~accel_checkpoint.hashing.verified_reader`) when it ``reads_verified``,
+    ``non_strict`` (model names) when any; refused if the writer cannot load non-strictly."""
+    options: dict[str, Any] = {}
+    if getattr(writer, "reads_verified", False):  # it parses what it reads: checked bytes
+        options["read"] = verified_reader(path, manifest.files)
+    if non_strict and not getattr(writer, "loads_non_strict", False):
+        raise CheckpointError(
+            f"strict=False cannot load {sorted(non_strict)} from {path}: the {writer.layout!r} "
+            f"writer ({type(writer).__name__}) loads models only strictly (it has no "
+            "loads_non_strict). Load with strict=True, or give the writer a load(..., "
+            "non_strict=names) and loads_non_strict = True.")
+    if non_strict:
+        options["non_strict"] = frozenset(non_strict)
+    return options
+
+
 def load_rank_state(directory: str | os.PathLike[str], writer: RankCheckpointWriter,
                     objects: Mapping[str, Any], *, strict: bool = True,
                     replicated: Mapping[str, Any] | None = None, rng: bool = False,
                     prepare: Callable[[Path], Any] | None = None,
-                    trust_pickles: bool | None = None) -> LoadedRankState:
+                    trust_pickles: bool | None = None,
+                    non_strict: Any = ()) -> LoadedRankState:
     """Verify ``directory`` and load it into ``objects`` through ``writer``.
 
     A collective: call it on every rank with objects built the way the writer expects.
@@ -328,7 +348,9 @@ def load_rank_state(directory: str | os.PathLike[str], writer: RankCheckpointWri
     hooks; it may still change ``objects`` and ``replicated``, when they are dicts).
     ``replicated``: objects saved whole by rank 0. ``rng``: restore this rank's RNG
     states. ``strict``: every object must be in the checkpoint (else a warning).
-    ``trust_pickles``: see :func:`pickle_problem`.
+    ``trust_pickles``: see :func:`pickle_problem`. ``non_strict``: names of models that load
+    as ``load_state_dict(strict=False)`` (a collection read after ``prepare``, which may
+    fill it); the writer must say ``loads_non_strict`` (else refused, nothing changed).
     """
     writer = check_writer(writer)
     path = Path(directory)
@@ -352,10 +374,10 @@ def load_rank_state(directory: str | os.PathLike[str], writer: RankCheckpointWri
     saved = manifest.metadata.get(OBJECTS_KEY, {})
     chosen = {n: o for n, o in objects.items() if n in saved}
     refuse_misfits(path, [(n, whole[n], st) for n, st in states.items()])  # before the writer
-    if chosen and getattr(writer, "reads_verified", False):  # it parses checked bytes
-        writer.load(path, chosen, rank, world, read=verified_reader(path, manifest.files))
-    elif chosen:
-        writer.load(path, chosen, rank, world)
+    _load_options(path, writer, manifest, set(non_strict) & set(chosen))  # refuse first
+    if chosen:
+        writer.load(path, chosen, rank, world,
+                    **_load_options(path, writer, manifest, set(non_strict) & set(chosen)))
     apply_states(path, [(name, whole[name], state) for name, state in states.items()])
     if rng_state is not None:
         restore_rng_state(rng_state)

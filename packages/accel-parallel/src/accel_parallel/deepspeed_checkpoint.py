@@ -135,6 +135,8 @@ class DeepSpeedWriter:
     reads_verified = True
     """``load`` takes ``read=`` (a :data:`VerifiedRead`): DeepSpeed then unpickles the
     bytes that were hash-checked, not the file opened again."""
+    loads_non_strict = True
+    """``load`` takes ``non_strict=`` (entry names: ``load_module_strict=False``)."""
 
     def __init__(self, engines: Mapping[str, Any]) -> None:
         self.engines = engines
@@ -191,7 +193,7 @@ class DeepSpeedWriter:
         return mine
 
     def load(self, path: Path, objects: Mapping[str, Any], rank: int, world_size: int, *,
-             read: VerifiedRead | None = None) -> None:
+             read: VerifiedRead | None = None, non_strict: Any = ()) -> None:
         root = Path(path) / DEEPSPEED_DIR
         engines = self._engines(objects)
         with_optimizer = {id(self._owner_of_optimizer(o)) for o in objects.values()
@@ -208,7 +210,7 @@ class DeepSpeedWriter:
             try:
                 loaded, _ = engine.load_checkpoint(
                     str(root), tag=tag, load_optimizer_states=id(engine) in with_optimizer,
-                    load_lr_scheduler_states=True)
+                    load_lr_scheduler_states=True, load_module_strict=tag not in non_strict)
             finally:
                 engine.checkpoint_engine = original
             if loaded is None:
