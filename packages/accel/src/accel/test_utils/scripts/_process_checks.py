@@ -21,7 +21,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset
 from accel import Accelerator
 from accel.data_loader import prepare_data_loader
 from accel.state import AcceleratorState
-from accel.test_utils import are_the_same_tensors
+from accel.test_utils.testing import are_the_same_tensors
 from accel.utils import gather, gather_object, synchronize_rng_states
 
 MAIN_FIRST_FILE = Path("check_main_process_first.txt")

@@ -16,7 +16,8 @@ from torch.utils.data import DataLoader
 from accel import Accelerator, PartialState
 from accel.data_loader import SeedableRandomSampler, prepare_data_loader
 from accel.state import AcceleratorState
-from accel.test_utils import RegressionDataset, RegressionModel, are_the_same_tensors
+from accel.test_utils.testing import are_the_same_tensors
+from accel.test_utils.training import RegressionDataset, RegressionModel
 from accel.utils import DataLoaderConfiguration, set_seed
 
 #: Accelerate's tolerance for "the same model" (fp32, and bf16/fp16 autocast, which leaves

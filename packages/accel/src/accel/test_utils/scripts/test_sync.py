@@ -34,7 +34,7 @@ from torch.utils.data import DataLoader
 
 from accel.accelerator import Accelerator, DataLoaderConfiguration, GradientAccumulationPlugin
 from accel.state import GradientState
-from accel.test_utils import RegressionDataset, RegressionModel
+from accel.test_utils.training import RegressionDataset, RegressionModel
 from accel.utils import set_seed
 
 BATCH = 16
