@@ -8,7 +8,9 @@ optimizer's ``load_state_dict``. Candidates, alternating with it:
 - ``sharded->replicated``: ``load_state`` of a sharded (DCP) checkpoint into models saved
   replicated (DCP rebuilds the full state, which is then checked and put in place);
 - ``replicated->sharded``: a replicated checkpoint into models whose strategy names the
-  sharded layout (one process: the models are plain, the loader is the cross-layout one).
+  sharded layout (one process: the models are plain, the loader is the cross-layout one);
+- ``sharded->sharded``: the sharded checkpoint into models saved sharded (DCP's own load,
+  every shard's bytes hash-checked as DCP reads them).
 
 Every accel load verifies every byte first (xxh3-128). A cross-layout load runs once per
 resume with another strategy: no target, the ratio is reported.
@@ -80,9 +82,11 @@ def main() -> None:
         "same-layout": lambda: timed(lambda: plain[0].load_state(replicated)),
         "sharded->replicated": lambda: timed(lambda: plain[0].load_state(sharded)),
         "replicated->sharded": lambda: timed(lambda: as_sharded[0].load_state(replicated)),
+        "sharded->sharded": lambda: timed(lambda: as_sharded[0].load_state(sharded)),
     }, args.repeats)
     extra = {"size_mb": args.size_mb}
-    for candidate in ("same-layout", "sharded->replicated", "replicated->sharded"):
+    for candidate in ("same-layout", "sharded->replicated", "replicated->sharded",
+                      "sharded->sharded"):
         report("load_across_layouts", "raw", candidate, samples, "s", extra=extra)
 
 

@@ -121,3 +121,12 @@ def test_corrupt_checkpoint_errors_cross_processes_whole():
     error = pickle.loads(pickle.dumps(CorruptCheckpointError("/ckpt/a.distcp", "bad")))
     assert isinstance(error, CorruptCheckpointError)
     assert (error.path, error.problem) == ("/ckpt/a.distcp", "bad")
+
+
+def test_shards_are_read_into_fresh_huge_page_memory(tmp_path):
+    from accel_checkpoint.hashing import huge_page_buffer, read_file
+
+    (tmp_path / "a").write_bytes(bytes(range(256)) * 4099)
+    (tmp_path / "empty").write_bytes(b"")
+    assert bytes(read_file(tmp_path / "a", huge_page_buffer)) == (tmp_path / "a").read_bytes()
+    assert bytes(read_file(tmp_path / "empty", huge_page_buffer)) == b""

@@ -36,7 +36,7 @@ from torch.distributed.checkpoint.planner import ReadItem
 
 from accel_checkpoint.containment import inside
 from accel_checkpoint.errors import CorruptCheckpointError
-from accel_checkpoint.hashing import FileRecord, Verification, check_bytes
+from accel_checkpoint.hashing import FileRecord, Verification, check_bytes, huge_page_buffer
 
 __all__ = ["DCP_METADATA_NAME", "read_dcp_metadata", "VerifiedReader", "SafeLoadPlanner",
            "SafeFullLoadPlanner"]
@@ -212,7 +212,8 @@ class VerifiedReader(FileSystemReader):
             raise CorruptCheckpointError(root / unlisted[0], "named by DCP's metadata but "
                                          "not listed in the manifest")
         wanted = {n: files[n] for n in names}
-        check = Verification(root, wanted, keep=True, read=set(wanted))
+        check = Verification(root, wanted, keep=True, read=set(wanted),
+                             allocate=huge_page_buffer)
         check.wait()
         return {n: check.take(n) for n in names}
 
