@@ -9,14 +9,13 @@ import pickle
 
 import pytest
 import torch
-from torch import nn
-
 from accel_checkpoint import CorruptCheckpointError, across_layouts, per_rank, sharded
 from accel_checkpoint.across_layouts import load_across_layouts
 from accel_checkpoint.dcp_io import VerifiedReader
 from accel_checkpoint.manifest import read_manifest
 from accel_checkpoint.merge import load_full_state_dict
 from accel_checkpoint.sharded import load_sharded_state, save_sharded_state
+from torch import nn
 
 _SHARD = "__0_0.distcp"
 
@@ -106,10 +105,9 @@ def test_a_shard_the_manifest_does_not_list_is_never_opened(saved):
     files = dict(read_manifest(path).files)
     del files[_SHARD]
     state: dict[str, object] = {}
+    from accel_checkpoint.dcp_io import DCP_METADATA_NAME, SafeFullLoadPlanner
     from torch.distributed.checkpoint.api import CheckpointException
     from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
-
-    from accel_checkpoint.dcp_io import DCP_METADATA_NAME, SafeFullLoadPlanner
 
     reader = VerifiedReader(path, files[DCP_METADATA_NAME], files=files)
     with pytest.raises(CheckpointException, match="not listed in the manifest"):

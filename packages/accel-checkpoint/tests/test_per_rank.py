@@ -217,7 +217,7 @@ def test_a_writer_that_reads_verified_parses_the_checked_bytes(saved, monkeypatc
     before = [p.detach().clone() for p in fresh.parameters()]
     with pytest.raises(CorruptCheckpointError, match="rank0.safetensors.*xxh3-128"):
         load_rank_state(path, writer, {"model": fresh})
-    assert all(torch.equal(a, b) for a, b in zip(before, fresh.parameters()))
+    assert all(torch.equal(a, b) for a, b in zip(before, fresh.parameters(), strict=True))
 
 
 def test_verified_reader_reads_only_listed_unchanged_files(saved):

@@ -63,8 +63,8 @@ def _deepspeed_states(path: Path, manifest: Manifest, names: list[str],
     """The full states of a DeepSpeed checkpoint's engines (accel-parallel reads ZeRO's
     partitions), only from files its manifest lists, each unpickled from the very bytes
     that were hash-checked as they were read."""
-    from accel_parallel.deepspeed_checkpoint import DEEPSPEED_DIR
     from accel_checkpoint.hashing import verified_reader
+    from accel_parallel.deepspeed_checkpoint import DEEPSPEED_DIR
     from accel_parallel.deepspeed_states import read_zero_full_states
 
     read: dict[str, Any] = {}
