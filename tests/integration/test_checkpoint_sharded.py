@@ -1,7 +1,8 @@
 """Sharded (DCP) checkpoints of an FSDP2 model in 2 processes, then `accel merge-weights`.
 
 One launch (see scripts/checkpoint_sharded.py): exact resume from a sharded checkpoint,
-a corrupted shard refused on every rank naming the file; then this process merges the
+a corrupted shard refused on every rank naming the file, also when it is damaged after the
+verification pass (no rank's model changes); then this process merges the
 checkpoint with the CLI (no process group) and compares with the full state dict the run
 gathered at save time.
 """
@@ -27,6 +28,8 @@ def test_fsdp2_sharded_resume_corruption_and_merge(explain, launch, scripts, tmp
     for rank in (0, 1):
         assert f"SHARDED-RESUME rank={rank} exact=True lr=True" in proc.stdout, explain(proc)
         assert f"CORRUPT-REFUSED rank={rank} file=__1_0.distcp" in proc.stdout, explain(proc)
+        assert (f"LATE-CORRUPT-REFUSED rank={rank} file=__1_0.distcp unchanged=True"
+                in proc.stdout), explain(proc)
 
     sharded = tmp_path / "sharded"
     manifest = verify_checkpoint(sharded, deep=True)

@@ -71,6 +71,45 @@ def same(a, b) -> bool:
     return a == b
 
 
+def late_corruption(saved: Path, work: Path, model, optimizer, rank: int) -> None:
+    """Rank 1's shard damaged AFTER every rank's verification pass passed (another process
+    rewriting it): DCP reads only hash-checked bytes, so rank 1 finds it, and the ranks
+    agree before any fills a tensor: refused on every rank, no rank's model changed."""
+    from accel_checkpoint import per_rank
+
+    late = work / "late"
+    if rank == 0:
+        shutil.copytree(saved, late)
+    dist.barrier()
+    checked = per_rank._raise_first
+
+    def then_damage(problems):
+        checked(problems)  # every rank's share passed
+        if rank == 0:
+            victim = late / "__1_0.distcp"
+            raw = bytearray(victim.read_bytes())
+            raw[len(raw) // 2] ^= 0xFF
+            victim.write_bytes(bytes(raw))
+        dist.barrier()
+
+    def local():  # this rank's own shards of the weights and of Adam's state
+        own = [getattr(t, "to_local", lambda t=t: t)().clone() for t in model.parameters()]
+        return own + [getattr(t, "to_local", lambda t=t: t)().clone()
+                      for st in optimizer.state.values() for t in st.values()
+                      if isinstance(t, torch.Tensor)]
+
+    before = local()
+    per_rank._raise_first = then_damage
+    try:
+        load_sharded_state(late, {"model": model, "optimizer": optimizer})
+        print(f"LATE-CORRUPT-ACCEPTED rank={rank}", flush=True)
+    except CorruptCheckpointError as exc:
+        print(f"LATE-CORRUPT-REFUSED rank={rank} file={Path(exc.path).name} "
+              f"unchanged={all(map(torch.equal, before, local()))}", flush=True)
+    finally:
+        per_rank._raise_first = checked
+
+
 def main(work: Path) -> None:
     state = PartialState(cpu=True)
     rank = state.process_index
@@ -107,6 +146,8 @@ def main(work: Path) -> None:
         print(f"CORRUPT-ACCEPTED rank={rank}", flush=True)
     except CorruptCheckpointError as exc:
         print(f"CORRUPT-REFUSED rank={rank} file={Path(exc.path).name}", flush=True)
+
+    late_corruption(saved, work, model2, optimizer2, rank)
 
     if rank == 0:
         save_file({k: v.contiguous() for k, v in at_save.items()}, work / "full_at_save.safetensors")
