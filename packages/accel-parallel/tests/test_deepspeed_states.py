@@ -74,3 +74,36 @@ def test_files_are_unpickled_from_the_bytes_read_returns(tmp_path):
     engine = _RestrictedEngine(object(), read)
     assert torch.equal(engine.load(model_file)["module"]["weight"], torch.ones(2))
     assert asked == [model_file, model_file]
+
+
+def test_the_writer_hands_deepspeed_the_checked_reader_and_strict(tmp_path):
+    """DeepSpeedWriter.load: DeepSpeed's load_checkpoint runs with the restricted engine
+    holding the per-rank loader's ``read``, and ``load_module_strict`` from ``non_strict``."""
+    from accel_parallel.deepspeed_checkpoint import DeepSpeedWriter, _RestrictedEngine
+
+    class Engine:  # what the writer touches of a DeepSpeed engine
+        def __init__(self) -> None:
+            self.module, self.optimizer = torch.nn.Linear(2, 2), None
+            self.checkpoint_engine, self.dp_world_size, self.seen = "torch's", 1, []
+
+        def zero_optimization_stage(self) -> int:
+            return 0
+
+        def load_checkpoint(self, root, **options):
+            self.seen.append((self.checkpoint_engine, options))
+            return root, {}
+
+    engine = Engine()
+    (tmp_path / "deepspeed" / "model").mkdir(parents=True)
+    writer = DeepSpeedWriter({"default": engine})
+    assert writer.reads_verified and writer.loads_non_strict
+
+    def read(path):
+        return b""
+
+    for non_strict, strict in (((), True), (frozenset({"model"}), False)):
+        writer.load(tmp_path, {"model": engine.module}, 0, 1, read=read, non_strict=non_strict)
+        used, options = engine.seen[-1]
+        assert isinstance(used, _RestrictedEngine) and used._read is read
+        assert options["tag"] == "model" and options["load_module_strict"] is strict
+    assert engine.checkpoint_engine == "torch's"  # put back
