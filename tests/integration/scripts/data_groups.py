@@ -11,8 +11,6 @@ that is not the default one, and ``group=None`` the unchanged default behaviour.
 
 from __future__ import annotations
 
-import os
-
 import torch
 import torch.distributed as dist
 from accel_data import (
@@ -21,7 +19,7 @@ from accel_data import (
     gather_for_metrics,
     prepare_data_loader,
 )
-from accel_state import PartialState, env
+from accel_state import PartialState
 from accel_state.errors import ConfigurationError, DistributedOperationException
 from accel_state.operations import (
     broadcast,
@@ -31,6 +29,7 @@ from accel_state.operations import (
     pad_across_processes,
     reduce,
 )
+from ops_checks import debug_mode
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 
@@ -79,8 +78,7 @@ def check_ops(rank, mine, pair, other):
     assert broadcast(torch.tensor([float(rank)]), 1, group=pair).tolist() == [1.0]
     assert broadcast_object_list([rank], from_process=1, group=pair) == [1]
     assert pad_across_processes(torch.ones(rank + 1), group=pair).shape == (2,)
-    os.environ[env.DEBUG_MODE.name] = "1"  # verify_operation checks within the same group
-    try:
+    with debug_mode(True):  # verify_operation checks within the same group
         assert gather(torch.ones(rank + 1), group=mine).shape == (rank + 1,)
         try:
             gather(torch.ones(rank + 1), group=pair)
@@ -88,8 +86,6 @@ def check_ops(rank, mine, pair, other):
             assert "Process 1: [2]" in str(error), error
         else:
             raise AssertionError("mismatched shapes in debug mode must raise on every rank")
-    finally:
-        del os.environ[env.DEBUG_MODE.name]
     try:
         gather(torch.ones(1), group=other)
     except ConfigurationError as error:

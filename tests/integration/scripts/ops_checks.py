@@ -9,6 +9,7 @@ input would fail an assertion. Debug-mode checks make sure a shape mismatch rais
 
 from __future__ import annotations
 
+import contextlib
 import random
 import warnings
 from collections import namedtuple
@@ -37,6 +38,7 @@ from accel_state.random import (
     synchronize_rng_state,
     synchronize_rng_states,
 )
+from accel_state.state import PartialState
 
 Pair = namedtuple("Pair", ["left", "right"])
 
@@ -189,8 +191,24 @@ def _expect_everywhere(operation, *args, **kwargs) -> str:
     raise AssertionError(f"{operation.__name__} did not raise on a shape mismatch")
 
 
+@contextlib.contextmanager
+def debug_mode(on: bool):
+    """Debug mode as Accelerate switches it: ``PartialState().debug`` once the state exists
+    (read at each collective), else ``ACCEL_DEBUG_MODE`` (which a new state starts from)."""
+    shared = PartialState._shared_state
+    before = shared.get("debug")
+    with env.patch_environment(ACCEL_DEBUG_MODE="1" if on else "0"):
+        if "debug" in shared:
+            shared["debug"] = on
+        try:
+            yield
+        finally:
+            if "debug" in shared:
+                shared["debug"] = before
+
+
 def check_debug_mode(rank: int, world_size: int) -> None:
-    with env.patch_environment(ACCEL_DEBUG_MODE="1"):
+    with debug_mode(True):
         # matching shapes pass through the check
         assert gather(torch.ones(2, 2) * rank).shape == (2 * world_size, 2)
         bad = torch.ones(rank + 1, 3)
@@ -214,7 +232,7 @@ def check_debug_mode(rank: int, world_size: int) -> None:
     # the group still works after all those refusals
     dist.barrier()
     assert gather(torch.tensor([rank])).tolist() == list(_ranks(world_size))
-    with env.patch_environment(ACCEL_DEBUG_MODE="0"):
+    with debug_mode(False):
         assert reduce(torch.ones(1), "sum").item() == world_size
 
 
