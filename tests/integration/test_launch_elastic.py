@@ -120,3 +120,8 @@ def test_accel_test_passes_on_cpu_in_bf16(tmp_path: Path, explain) -> None:
     assert "mixed precision bf16" in proc.stdout and "(bf16, atol" in proc.stdout
     assert "Test is a success!" in proc.stdout
     assert "the end-to-end test passed" in proc.stdout
+    # the bundled test_script ran all of Accelerate's checks too (its only 2-process launch)
+    for line in ("Training yielded the same results on one CPU or distributed setup with "
+                 "batch split.", "BF16 training check.", "**Test reinstantiated state**",
+                 "Test is a success! You are ready for your distributed training!"):
+        assert line in proc.stdout, f"{line!r} not printed\n" + explain(proc)
