@@ -40,11 +40,6 @@ KNOWN_MISSING: dict[str, str] = {
     "accelerate.utils.bnb:quantize_and_offload_8bit": (
         "accel keeps offloaded modules unquantised and refuses an auto map that would offload "
         "quantised layers (docs/migration.md, Quantisation)"),
-    "accelerate.utils.other:TORCH_SAFE_GLOBALS": ("numpy globals for torch.load unpickling: "
-                                                  "accel never unpickles (DESIGN §5)"),
-    "accelerate.utils.launch:env_var_path_add": (
-        "edits an arbitrary environment variable; accel reads os.environ only through "
-        "accel_state.env's declared contract"),
 }
 
 

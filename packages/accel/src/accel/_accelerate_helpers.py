@@ -7,6 +7,7 @@ re-exported from the module path Accelerate has it on.
 
 from __future__ import annotations
 
+import os
 import socket
 import sys
 from typing import Any, NoReturn
@@ -40,6 +41,15 @@ def merge_dicts(source: dict, destination: dict) -> dict:
         else:
             destination[key] = value
     return destination
+
+
+def env_var_path_add(env_var_name: str, path_to_add: Any) -> str:
+    """The ``:``-separated value of ``env_var_name`` with ``path_to_add`` appended, for a
+    child process's environment (Accelerate's helper, used for ``PYTHONPATH``-like
+    variables); returns the new value and sets nothing."""
+    paths = [p for p in os.environ.get(env_var_name, "").split(":") if p]
+    paths.append(str(path_to_add))
+    return ":".join(paths)
 
 
 def get_free_port() -> int:

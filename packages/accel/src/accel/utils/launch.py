@@ -13,6 +13,7 @@ from accel_launch.launch_utils import (
 )
 
 from accel._accelerate_helpers import (
+    env_var_path_add,
     get_free_port,
     merge_dicts,
     prepare_sagemager_args_inputs,
@@ -33,7 +34,7 @@ __all__ = [
     "prepare_simple_launcher_cmd_env",
 ]
 
-__all__ += ["SageMakerConfig", "get_free_port", "merge_dicts", "prepare_sagemager_args_inputs",
+__all__ += ["SageMakerConfig", "env_var_path_add", "get_free_port", "merge_dicts", "prepare_sagemager_args_inputs",
             "prepare_tpu"]
 
 

@@ -32,5 +32,26 @@ __all__ = ["clean_state_dict_for_safetensors", "compile_regions", "extract_model
            "get_pretty_name", "has_repeated_blocks", "is_repeated_blocks",
            "is_torch_distributed_available", "merge_dicts", "write_basic_config"]
 
-# the rest of Accelerate's module (``convert_bytes``, ``is_port_in_use``, ...)
-__getattr__ = forward_to(__name__, "accel.utils", "accel.logging")
+_forward = forward_to(__name__, "accel.utils", "accel.logging")
+
+
+def _torch_safe_globals() -> list:
+    """The numpy objects Accelerate allow-lists for ``torch.load(weights_only=True)`` of its
+    RNG files (``torch.serialization.add_safe_globals``). accel itself never unpickles a
+    checkpoint (DESIGN §5); the list is here for code that loads Accelerate's files with
+    torch. Empty without numpy."""
+    try:
+        import numpy as np
+    except ImportError:
+        return []
+    core = getattr(np, "_core", None) or np.core  # numpy 2 moved it to np._core
+    return [core.multiarray._reconstruct, np.ndarray, np.dtype, type(np.dtype(np.uint32))]
+
+
+def __getattr__(name: str):
+    # TORCH_SAFE_GLOBALS imports numpy, so only when asked for; then the rest of
+    # Accelerate's module (``convert_bytes``, ``is_port_in_use``, ...)
+    if name == "TORCH_SAFE_GLOBALS":
+        value = globals()[name] = _torch_safe_globals()
+        return value
+    return _forward(name)
