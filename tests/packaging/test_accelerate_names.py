@@ -34,12 +34,6 @@ KNOWN_MISSING: dict[str, str] = {
     "accelerate.commands.launch:FORMAT": "rich's log format, bound only when rich is installed",
     "accelerate:rich": ("bound only when rich is installed (rich tracebacks): accel has no "
                         "rich-traceback module"),
-    "accelerate.utils.bnb:get_quantized_model_device_map": (
-        _INTERNAL + ": accel_inference.quantize plans the quantised model's map inside "
-        "load_and_quantize_model"),
-    "accelerate.utils.bnb:quantize_and_offload_8bit": (
-        "accel keeps offloaded modules unquantised and refuses an auto map that would offload "
-        "quantised layers (docs/migration.md, Quantisation)"),
 }
 
 

@@ -217,3 +217,26 @@ def test_bad_arguments_to_load_and_quantize_model(tmp_path):
         load_and_quantize_model(empty, BnbQuantizationConfig(load_in_8bit=True),
                                 weights_location=checkpoint, device_map="sequential",
                                 max_memory={"cpu": "1KB"})
+
+
+def test_get_quantized_model_device_map_plans_as_load_and_quantize_model_does():
+    from accel_inference.quantize import get_quantized_model_device_map
+
+    config = BnbQuantizationConfig(load_in_8bit=True)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2))
+    whole = get_quantized_model_device_map(model, config)
+    assert list(whole) == [""]  # everything on the GPU, or the CPU without one
+    assert get_quantized_model_device_map(model, config, {"0": "cpu", "1": "cpu"}) == \
+        {"0": "cpu", "1": "cpu"}
+    auto = get_quantized_model_device_map(model, config, "sequential", max_memory={"cpu": 10**6})
+    assert set(auto.values()) == {"cpu"}
+    with pytest.raises(ConfigurationError, match="device_map='everywhere' is not known"):
+        get_quantized_model_device_map(model, config, "everywhere")
+
+
+def test_quantize_and_offload_8bit_is_refused_with_the_reason():
+    from accel_inference.quantize import quantize_and_offload_8bit
+
+    with pytest.raises(ConfigurationError, match="does not offload quantised layers"):
+        quantize_and_offload_8bit(torch.nn.Linear(2, 2), None, "0.weight", torch.int8,
+                                  "offload", {}, None)

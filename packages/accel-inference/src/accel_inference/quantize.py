@@ -28,7 +28,8 @@ from accel_inference.tensors import set_module_tensor_to_device
 from accel_inference.tied import device_of, find_tied_parameters, retie_parameters
 
 __all__ = ["BnbQuantizationConfig", "load_and_quantize_model", "has_4bit_bnb_layers",
-           "replace_with_bnb_layers", "get_keys_to_not_convert", "get_parameter_device"]
+           "replace_with_bnb_layers", "get_keys_to_not_convert", "get_parameter_device",
+           "get_quantized_model_device_map", "quantize_and_offload_8bit"]
 
 logger = logging.getLogger("accel.big_modeling")
 _AUTO_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
@@ -227,8 +228,7 @@ def load_and_quantize_model(model: nn.Module, bnb_quantization_config: BnbQuanti
         logger.warning("Quantising a model whose weights are loaded: build it under "
                        "init_empty_weights() and pass weights_location to save memory.")
     replace_with_bnb_layers(model, config, modules_to_not_convert=skip)
-    bnb_layers = {n for n, m in model.named_modules() if type(m).__module__.startswith(
-        "bitsandbytes")}
+    bnb_layers = _bnb_layer_names(model)
     if not on_meta:
         _cast_to_torch_dtype(model, config, keep)
         return model.to(_execution_device(_default_device()))
@@ -243,6 +243,37 @@ def load_and_quantize_model(model: nn.Module, bnb_quantization_config: BnbQuanti
     for name in bnb_layers:  # bitsandbytes quantises as the weights reach their device
         model.get_submodule(name).to(_execution_device(_layer_device(name, device_map)))
     return dispatch_model(model, device_map=device_map, offload_dir=offload_folder)
+
+
+def _bnb_layer_names(model: nn.Module) -> set[str]:
+    return {n for n, m in model.named_modules() if type(m).__module__.startswith("bitsandbytes")}
+
+
+def get_quantized_model_device_map(model: nn.Module,
+                                   bnb_quantization_config: BnbQuantizationConfig,
+                                   device_map: Any = None, max_memory: Any = None,
+                                   no_split_module_classes: Sequence[str] | None = None,
+                                   ) -> dict[str, Any]:
+    """The device map :func:`load_and_quantize_model` fills a model with (Accelerate's step of
+    the same name): None puts everything on the GPU (the CPU without one), a dict is
+    validated, an auto map is inferred with the quantised layers' sizes and refused if it
+    would offload a quantised layer."""
+    if isinstance(device_map, Mapping):
+        device_map = validate_device_map(device_map)
+    return _quantised_device_map(model, bnb_quantization_config, device_map, max_memory,
+                                 no_split_module_classes, _bnb_layer_names(model))
+
+
+def quantize_and_offload_8bit(model: nn.Module, param: Any, param_name: str, new_dtype: Any,
+                              offload_folder: Any, offload_index: Any,
+                              fp16_statistics: Any) -> None:
+    """Refused: accel keeps offloaded modules unquantised (Accelerate quantises 8-bit ones
+    before writing them to disk), so nothing quantised is ever offloaded."""
+    raise ConfigurationError(
+        f"quantize_and_offload_8bit({param_name!r}): accel does not offload quantised layers; "
+        "load_and_quantize_model keeps the modules a device map offloads unquantised "
+        "(docs/migration.md, Quantisation). Keep the layer on a GPU, or let it be offloaded "
+        "unquantised.")
 
 
 def get_parameter_device(parameter: nn.Module) -> torch.device:
