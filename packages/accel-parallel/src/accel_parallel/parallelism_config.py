@@ -19,6 +19,7 @@ from typing import Any
 from accel_state import ConfigurationError
 from accel_state import env as _env
 
+from accel_parallel.config_values import positive_int
 from accel_parallel.mesh import MESH_ORDER, BuiltMesh, build_mesh
 from accel_parallel.pipeline.config import PipelineParallelConfig
 from accel_parallel.sequence_parallel import DeepSpeedSequenceParallelConfig
@@ -72,19 +73,8 @@ class TorchContextParallelConfig:
 
 
 def _size(value: Any, name: str, var: Any) -> int:
-    if value is None and var is not None:
-        raw = var.get()
-        if raw is None or not raw.strip():
-            return 1
-        value, name = raw.strip(), f"{var.raw()[0]} (env)"
-    try:
-        number = int(value) if not isinstance(value, bool) else None
-    except (TypeError, ValueError):
-        number = None
-    if number is None or number < 1 or (isinstance(value, float) and value != number):
-        raise ConfigurationError(f"ParallelismConfig {name}={value!r} must be an integer >= 1 "
-                                 "(1 turns that parallelism off).")
-    return number
+    return positive_int(value, name, var, default=1, owner="ParallelismConfig",
+                        note=" (1 turns that parallelism off)")
 
 
 @dataclass(kw_only=True)

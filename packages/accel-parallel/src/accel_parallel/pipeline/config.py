@@ -16,6 +16,8 @@ from typing import Any
 from accel_state import ConfigurationError
 from accel_state import env as _env
 
+from accel_parallel.config_values import positive_int
+
 __all__ = ["PipelineParallelConfig", "PP_SCHEDULES"]
 
 #: Schedule name -> whether it runs several stages per rank.
@@ -23,20 +25,7 @@ PP_SCHEDULES = {"gpipe": False, "1f1b": False, "interleaved_1f1b": True}
 
 
 def _positive(value: Any, name: str, var: Any, default: int | None) -> int | None:
-    source = name
-    if value is None:
-        raw = var.get()
-        if raw is None or not raw.strip():
-            return default
-        value, source = raw.strip(), f"{var.raw()[0]} (env)"
-    try:
-        number = int(value) if not isinstance(value, bool) else None
-    except (TypeError, ValueError):
-        number = None
-    if number is None or number < 1 or (isinstance(value, float) and value != number):
-        raise ConfigurationError(f"PipelineParallelConfig {source}={value!r} must be an "
-                                 "integer >= 1.")
-    return number
+    return positive_int(value, name, var, default=default, owner="PipelineParallelConfig")
 
 
 @dataclass(kw_only=True)
