@@ -94,13 +94,9 @@ def _inner(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
 
 
 def _owner(optimizer: torch.optim.Optimizer, modules: dict[str, nn.Module]) -> nn.Module:
-    params = {id(p) for group in optimizer.param_groups for p in group["params"]}
-    for module in modules.values():
-        if any(id(p) in params for p in module.parameters()):
-            return module
-    raise CheckpointError("An optimizer's parameters belong to none of the models loaded with "
-                          "it: load the model it optimizes in the same call (its state is keyed "
-                          "by the model's parameter names).")
+    from accel_checkpoint.dcp_writer import owner_model  # imports torch's DCP: only when used
+
+    return owner_model(optimizer, modules, "load")
 
 
 def _param_names(module: nn.Module, optimizer: torch.optim.Optimizer) -> list[str]:
@@ -223,14 +219,10 @@ def _split(objects: Mapping[str, Any], strict: bool
 
 def _check_share(path: Path, manifest: Manifest, rank: int, world: int) -> str | None:
     """Hash this rank's share of the files (every file by one rank); a problem, or None."""
-    from accel_checkpoint.hashing import Verification
+    from accel_checkpoint.per_rank import _check_share as check_share  # the same-layout pass
 
-    share = {name: manifest.files[name] for name in sorted(manifest.files)[rank::world]}
-    try:
-        Verification(path, share).wait()
-    except CorruptCheckpointError as exc:
-        return f"corrupt\0{exc.path}\0{exc.problem}"
-    return None
+    problem = check_share(path, manifest, rank, world)
+    return None if problem is None else f"corrupt\0{problem}"
 
 
 def _agree(problem: str | None, on: bool) -> None:

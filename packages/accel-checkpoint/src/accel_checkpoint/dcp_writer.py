@@ -70,15 +70,17 @@ def agree_on_files(on: bool) -> Callable[[str | None], None]:
     return agree
 
 
-def _owner(optimizer: torch.optim.Optimizer, models: dict[str, nn.Module]) -> nn.Module:
-    """The model whose parameters ``optimizer`` updates (matched by identity)."""
+def owner_model(optimizer: torch.optim.Optimizer, models: dict[str, nn.Module],
+                action: str = "save") -> nn.Module:
+    """The model whose parameters ``optimizer`` updates (matched by identity); ``action``
+    ("save" or "load") names what the refusal asks the caller to do with it."""
     params = {id(p) for group in optimizer.param_groups for p in group["params"]}
     for model in models.values():
         if any(id(p) in params for p in model.parameters()):
             return model
-    raise CheckpointError("An optimizer's parameters belong to none of the models given: "
-                          "save the model it optimizes in the same call (its state is keyed "
-                          "by the model's parameter names).")
+    raise CheckpointError(f"An optimizer's parameters belong to none of the models given: "
+                          f"{action} the model it optimizes in the same call (its state is "
+                          "keyed by the model's parameter names).")
 
 
 def _models(objects: Mapping[str, Any]) -> dict[str, nn.Module]:
@@ -97,7 +99,7 @@ def _state_dicts(objects: Mapping[str, Any]) -> dict[str, Any]:
         if isinstance(obj, nn.Module):
             state[name] = get_model_state_dict(obj)
         elif isinstance(obj, torch.optim.Optimizer):
-            state[name] = get_optimizer_state_dict(_owner(obj, models), obj)
+            state[name] = get_optimizer_state_dict(owner_model(obj, models), obj)
         else:
             state[name] = obj.state_dict()
     return state
@@ -116,7 +118,7 @@ def _apply(objects: Mapping[str, Any], state: dict[str, Any], non_strict: Any = 
             set_model_state_dict(obj, state[name],
                                  options=StateDictOptions(strict=name not in non_strict))
         elif isinstance(obj, torch.optim.Optimizer):
-            set_optimizer_state_dict(_owner(obj, models), obj, state[name])
+            set_optimizer_state_dict(owner_model(obj, models, "load"), obj, state[name])
         else:
             obj.load_state_dict(state[name])
 
