@@ -47,7 +47,7 @@ class MLP(nn.Module):
 
 
 def test_tensor_parallel_plan_on_one_gpu(nccl_group):
-    from accel_parallel.tensor_parallel import apply_tensor_parallel, clip_grad_norm_
+    from accel_parallel.mesh.tensor_parallel import apply_tensor_parallel, clip_grad_norm_
     from torch.distributed.device_mesh import init_device_mesh
 
     torch.manual_seed(0)
@@ -76,7 +76,7 @@ class Attention(nn.Module):
 
 
 def test_context_parallel_block_on_one_gpu(nccl_group):
-    from accel_parallel.context_parallel import context_parallel_block
+    from accel_parallel.mesh.context_parallel import context_parallel_block
     from torch.distributed.device_mesh import init_device_mesh
 
     torch.manual_seed(0)

@@ -6,7 +6,7 @@ import types
 
 import pytest
 import torch
-from accel_parallel.deepspeed_compat import (
+from accel_parallel.deepspeed.compat import (
     DeepSpeedEngineWrapper,
     DeepSpeedOptimizerWrapper,
     get_active_deepspeed_plugin,
@@ -111,7 +111,7 @@ def test_model_has_dtensor(gloo_group):
 
 def test_compile_regions_deepspeed_compiles_the_engine_module_in_place():
     from accel_parallel.compile import has_compiled_regions
-    from accel_parallel.deepspeed_compat import compile_regions_deepspeed
+    from accel_parallel.deepspeed.compat import compile_regions_deepspeed
 
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4))
     params = list(model.parameters())

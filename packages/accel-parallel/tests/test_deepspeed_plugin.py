@@ -17,10 +17,10 @@ from accel_parallel import (
     DummyScheduler,
     HfDeepSpeedConfig,
     StrategyConfig,
-    deepspeed_runtime,
     select_strategy,
 )
-from accel_parallel.deepspeed_config import (
+from accel_parallel.deepspeed import runtime as deepspeed_runtime
+from accel_parallel.deepspeed.config import (
     apply_precision,
     fill_auto,
     hidden_size_of,
@@ -523,7 +523,7 @@ def test_deepspeed_files_are_read_with_an_allow_list(tmp_path):
     pytest.importorskip("deepspeed")
     import pickle
 
-    from accel_parallel.deepspeed_checkpoint import DeepSpeedWriter, restricted_load
+    from accel_parallel.deepspeed.checkpoint import DeepSpeedWriter, restricted_load
     from deepspeed.runtime.fp16.loss_scaler import LossScaler
     from deepspeed.runtime.zero.config import ZeroStageEnum
 
@@ -594,7 +594,7 @@ def test_offload_turns_torch_adam_and_adagrad_into_deepspeed_cpu_optimizers(monk
     pytest.importorskip("deepspeed")
     import deepspeed.ops.adagrad as ds_adagrad
     import deepspeed.ops.adam as ds_adam
-    from accel_parallel.deepspeed import _cpu_optimizer_for_offload
+    from accel_parallel.deepspeed.strategy import _cpu_optimizer_for_offload
 
     class Fake:
         def __init__(self, params, **kwargs):

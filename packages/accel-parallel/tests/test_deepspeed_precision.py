@@ -10,7 +10,7 @@ from collections import namedtuple
 import pytest
 import torch
 from accel_parallel import DeepSpeedPlugin, DeepSpeedStrategy, Strategy
-from accel_parallel.deepspeed_precision import cast_floating_inputs
+from accel_parallel.deepspeed.precision import cast_floating_inputs
 from accel_precision import build_precision
 
 

@@ -16,7 +16,7 @@ def _model_states(folder, **extra) -> None:
 
 def test_layouts_it_cannot_rebuild_are_refused(tmp_path):
     pytest.importorskip("deepspeed")
-    from accel_parallel.deepspeed_states import read_zero_full_states
+    from accel_parallel.deepspeed.states import read_zero_full_states
 
     folder = tmp_path / "ckpt" / "deepspeed" / "model"
     folder.mkdir(parents=True)
@@ -41,7 +41,7 @@ def test_layouts_it_cannot_rebuild_are_refused(tmp_path):
 
 def test_without_partitions_the_torch_optimizer_state_is_returned(tmp_path):
     pytest.importorskip("deepspeed")
-    from accel_parallel.deepspeed_states import read_zero_full_states
+    from accel_parallel.deepspeed.states import read_zero_full_states
 
     state = {"state": {0: {"step": torch.tensor(1.0)}}, "param_groups": [{"params": [0]}]}
     _model_states(tmp_path, optimizer=state)
@@ -55,8 +55,8 @@ def test_files_are_unpickled_from_the_bytes_read_returns(tmp_path):
     what is unpickled is what ``read`` returned for each path, for the full-state reader
     and for DeepSpeed's own load_checkpoint (through the restricted checkpoint engine)."""
     pytest.importorskip("deepspeed")
-    from accel_parallel.deepspeed_checkpoint import _RestrictedEngine
-    from accel_parallel.deepspeed_states import read_zero_full_states
+    from accel_parallel.deepspeed.checkpoint import _RestrictedEngine
+    from accel_parallel.deepspeed.states import read_zero_full_states
 
     state = {"state": {}, "param_groups": [{"params": [0]}]}
     _model_states(tmp_path, optimizer=state)
@@ -79,7 +79,7 @@ def test_files_are_unpickled_from_the_bytes_read_returns(tmp_path):
 def test_the_writer_hands_deepspeed_the_checked_reader_and_strict(tmp_path):
     """DeepSpeedWriter.load: DeepSpeed's load_checkpoint runs with the restricted engine
     holding the per-rank loader's ``read``, and ``load_module_strict`` from ``non_strict``."""
-    from accel_parallel.deepspeed_checkpoint import DeepSpeedWriter, _RestrictedEngine
+    from accel_parallel.deepspeed.checkpoint import DeepSpeedWriter, _RestrictedEngine
 
     class Engine:  # what the writer touches of a DeepSpeed engine
         def __init__(self) -> None:

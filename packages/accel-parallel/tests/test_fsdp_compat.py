@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from accel_parallel import FSDP2Strategy, FullyShardedDataParallelPlugin
-from accel_parallel.fsdp_compat import (
+from accel_parallel.fsdp.compat import (
     compile_regions_fsdp2,
     disable_fsdp_ram_efficient_loading,
     enable_fsdp_ram_efficient_loading,
@@ -89,7 +89,7 @@ def test_auto_wrap_policy_marks_the_plugins_wrap_units():
 
 
 def test_prepare_model_shards_like_prepare_and_apply_ac_checkpoints(fsdp_accelerator):
-    from accel_parallel.fsdp import CheckpointedForward
+    from accel_parallel.fsdp.strategy import CheckpointedForward
     from torch.distributed.tensor import DTensor
 
     accelerator = fsdp_accelerator(auto_wrap_policy="TRANSFORMER_BASED_WRAP",
@@ -115,7 +115,7 @@ def test_load_full_state_dict_fills_shards_of_a_meta_model(fsdp_accelerator):
     source = _net()
     with torch.device("meta"):
         model = torch.nn.Sequential(_Block(), _Block(), torch.nn.Linear(4, 2))
-    from accel_parallel.torch_fsdp import fsdp2
+    from accel_parallel.fsdp.torch_fsdp import fsdp2
 
     fsdp2().fully_shard(model, mesh=accelerator.strategy.fsdp_mesh)
     assert model[2].weight.is_meta
@@ -198,7 +198,7 @@ def test_compile_regions_fsdp2_compiles_blocks_in_place():
 
 
 def test_get_parameters_from_modules_takes_modules_or_a_name_regex():
-    from accel_parallel.fsdp_compat import get_parameters_from_modules
+    from accel_parallel.fsdp.compat import get_parameters_from_modules
 
     model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Sequential(torch.nn.Linear(2, 3)))
     inner = model[1][0]
@@ -211,7 +211,7 @@ def test_get_parameters_from_modules_takes_modules_or_a_name_regex():
 
 
 def test_get_module_class_from_name_finds_the_first_module_of_that_class():
-    from accel_parallel.fsdp_compat import get_module_class_from_name
+    from accel_parallel.fsdp.compat import get_module_class_from_name
 
     class Block(torch.nn.Module):
         def __init__(self) -> None:

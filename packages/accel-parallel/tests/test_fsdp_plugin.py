@@ -5,15 +5,15 @@ from __future__ import annotations
 import os
 import warnings
 
-import accel_parallel.fsdp_plugin as fsdp_plugin
+import accel_parallel.fsdp.plugin as fsdp_plugin
 import pytest
 import torch
-from accel_parallel.fsdp_plugin import (
+from accel_parallel.fsdp.plugin import (
     FSDP_AUTO_WRAP_POLICY,
     FSDP_SHARDING_STRATEGY,
     FSDP_STATE_DICT_TYPE,
 )
-from accel_parallel.fsdp_plugin import FullyShardedDataParallelPlugin as Plugin
+from accel_parallel.fsdp.plugin import FullyShardedDataParallelPlugin as Plugin
 from accel_state import ConfigurationError
 from torch import nn
 from torch.distributed.fsdp import (
@@ -312,7 +312,7 @@ def test_modules_to_shard_callable_none_and_ignored():
 
 
 def test_fp16_with_fsdp2_needs_a_shardable_scaler_and_torch_2_5(monkeypatch):
-    from accel_parallel import fsdp_sharding as fsdp
+    from accel_parallel.fsdp import sharding as fsdp
     from accel_precision import FP16Precision, Precision
 
     class ScalingPrecision(Precision):  # scales the loss but cannot share its inf check

@@ -10,7 +10,7 @@ from accel_parallel import (
     StrategyConfig,
     select_strategy,
 )
-from accel_parallel.fsdp import CheckpointedForward
+from accel_parallel.fsdp.strategy import CheckpointedForward
 from accel_precision import BF16Precision, NoPrecision
 from accel_state import ConfigurationError, MicroStep
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 from accel_parallel import FSDP2Strategy, FullyShardedDataParallelPlugin, ParallelismConfig
-from accel_parallel.nd import DataParallelStep, MeshStrategy, ParallelismStrategy
+from accel_parallel.mesh.strategy import DataParallelStep, MeshStrategy, ParallelismStrategy
 
 
 @pytest.mark.parametrize("sizes, sharding, step", [
@@ -37,8 +37,8 @@ def test_both_presets_are_the_mesh_strategy_with_its_one_order():
 def test_every_model_goes_tp_then_checkpointing_then_compile_then_data_parallel(state,
                                                                                 monkeypatch):
     import torch.distributed as dist
-    from accel_parallel import nd
-    from accel_parallel.fsdp_sharding import ensure_process_group
+    from accel_parallel.fsdp.sharding import ensure_process_group
+    from accel_parallel.mesh import strategy as nd
 
     steps: list[str] = []
     plugin = FullyShardedDataParallelPlugin(activation_checkpointing=True)

@@ -15,8 +15,8 @@ from accel_parallel import (
     TorchTensorParallelPlugin,
     select_strategy,
 )
-from accel_parallel.context_parallel import check_context_parallel_device
-from accel_parallel.nd import _check_plugin_agrees, resolve_parallelism
+from accel_parallel.mesh.context_parallel import check_context_parallel_device
+from accel_parallel.mesh.strategy import _check_plugin_agrees, resolve_parallelism
 from accel_precision import NoPrecision
 from accel_state import ConfigurationError
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from accel_parallel import FullyShardedDataParallelPlugin, ParallelismConfig, StrategyConfig
 from accel_parallel import plugins as plugins_module
-from accel_parallel.nd import ParallelismStrategy
+from accel_parallel.mesh.strategy import ParallelismStrategy
 from accel_parallel.plugins import EXCLUSIVE, conflicts, resolve_plugins
 from accel_precision import NoPrecision
 from accel_state import ConfigurationError
@@ -32,7 +32,7 @@ def test_the_mesh_strategy_steps_aside_where_the_table_says(state, monkeypatch):
 
 
 def test_fsdp_with_deepspeed_is_refused_before_anything_is_set(monkeypatch):
-    deepspeed_plugin = pytest.importorskip("accel_parallel.deepspeed_plugin")
+    deepspeed_plugin = pytest.importorskip("accel_parallel.deepspeed.plugin")
     plugin = deepspeed_plugin.DeepSpeedPlugin(gradient_accumulation_steps=4)
     with pytest.raises(ConfigurationError, match=r"FSDP and DeepSpeed are both enabled "
                                                  r"\(fsdp_plugin= and a DeepSpeed plugin\)"):

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 from accel_parallel import DeepSpeedSequenceParallelConfig, ParallelismConfig
-from accel_parallel.nd import resolve_parallelism
-from accel_parallel.sequence_parallel import check_sequence_parallel_runtime
+from accel_parallel.mesh.sequence_parallel import check_sequence_parallel_runtime
+from accel_parallel.mesh.strategy import resolve_parallelism
 from accel_state import ConfigurationError
 
 _VARS = ("SP_SIZE", "SP_BACKEND", "SP_SEQ_LENGTH", "SP_SEQ_LENGTH_IS_VARIABLE",

@@ -52,7 +52,7 @@ def test_uncompiled_extensions_reads_the_cache(tmp_path, monkeypatch):
 
 def test_deepspeed_predicts_the_ops_it_compiles(tmp_path, monkeypatch, state):
     pytest.importorskip("deepspeed")
-    from accel_parallel.deepspeed_runtime import _ops_to_build, announce_setup
+    from accel_parallel.deepspeed.runtime import _ops_to_build, announce_setup
 
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
     offload = {"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}

@@ -8,8 +8,12 @@ import types
 
 import pytest
 import torch
-from accel_parallel.tensor_parallel import ReplicateParallel, apply_tensor_parallel, clip_grad_norm_
-from accel_parallel.tp_plan import STYLE_NAMES, make_style, model_tp_plan, resolve_tp_plan
+from accel_parallel.mesh.tensor_parallel import (
+    ReplicateParallel,
+    apply_tensor_parallel,
+    clip_grad_norm_,
+)
+from accel_parallel.mesh.tp_plan import STYLE_NAMES, make_style, model_tp_plan, resolve_tp_plan
 from accel_state import ConfigurationError
 from torch import nn
 

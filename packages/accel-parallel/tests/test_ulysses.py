@@ -11,14 +11,14 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from accel_parallel.sequence_parallel import DeepSpeedSequenceParallelConfig, apply_ulysses
-from accel_parallel.ulysses import (
+from accel_parallel.mesh.sequence_parallel import DeepSpeedSequenceParallelConfig, apply_ulysses
+from accel_parallel.mesh.ulysses import (
     UlyssesForward,
     heads_to_seq,
     repeat_kv_heads,
     seq_to_heads,
 )
-from accel_parallel.ulysses_data import sequence_parallel_mean, shard_batch, shard_loader
+from accel_parallel.mesh.ulysses_data import sequence_parallel_mean, shard_batch, shard_loader
 from accel_state import ConfigurationError
 from torch.utils.data import DataLoader
 
@@ -188,7 +188,7 @@ class _Mesh:
 
 def test_the_strategy_step_cuts_batches_and_holds_a_fixed_length():
     from accel_parallel import ParallelismConfig
-    from accel_parallel.sequence_parallel import shard_for_sequence_parallel
+    from accel_parallel.mesh.sequence_parallel import shard_for_sequence_parallel
 
     rows = [{"input_ids": torch.arange(6)} for _ in range(2)]
     loose = shard_for_sequence_parallel(DataLoader(rows, batch_size=2), _Mesh(),

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import pytest
 import torch
+from accel import (
+    Accelerator,
+    DistributedDataParallelKwargs,
+    DistributedType,
+    InitProcessGroupKwargs,
+)
+from accel.optimizer import AcceleratedOptimizer
+from accel.scheduler import AcceleratedScheduler
 from accel_state import ConfigurationError, GradientState
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
-
-from accel import Accelerator, DistributedDataParallelKwargs, DistributedType, InitProcessGroupKwargs
-from accel.optimizer import AcceleratedOptimizer
-from accel.scheduler import AcceleratedScheduler
 
 
 def _objects(n: int = 10, batch_size: int = 4):
@@ -149,15 +153,14 @@ def test_kwargs_handlers_are_validated():
 
 
 def test_accelerate_module_paths_reexport_the_same_objects():
-    import accel_state
-    import accel_state.logging
-
     import accel
     import accel.logging
     import accel.state
     import accel.utils
     import accel.utils.operations
     import accel.utils.random
+    import accel_state
+    import accel_state.logging
 
     assert accel.utils.gather is accel_state.gather
     assert accel.utils.operations.send_to_device is accel_state.send_to_device
@@ -218,12 +221,11 @@ def test_scheduler_steps_once_per_data_parallel_replica_unless_batches_are_split
 
 
 def test_fsdp_names_are_at_accelerates_module_paths():
-    import accel_parallel
-    from accel_parallel import fsdp_plugin
-
     import accel
     import accel.utils
     import accel.utils.dataclasses
+    import accel_parallel
+    from accel_parallel.fsdp import plugin as fsdp_plugin
 
     plugin = accel_parallel.FullyShardedDataParallelPlugin
     assert accel.FullyShardedDataParallelPlugin is plugin

@@ -22,7 +22,6 @@ def test_configuration_classes_are_the_packages_own():
     import accel_checkpoint.project
     import accel_data
     import accel_state
-
     from accel.utils.dataclasses import (
         DataLoaderConfiguration,
         GradientAccumulationPlugin,
@@ -35,14 +34,13 @@ def test_configuration_classes_are_the_packages_own():
 
 
 def test_new_utils_paths_are_the_canonical_objects():
+    import accel.utils
     import accel_checkpoint.constants
     import accel_checkpoint.fsdp_io
     import accel_checkpoint.merge
-    import accel_parallel.fsdp_plugin
+    import accel_parallel.fsdp.plugin
     import accel_state.imports
     import accel_tracking
-
-    import accel.utils
     from accel.utils import constants, fsdp_utils, other, versions
     from accel.utils.tqdm import tqdm
 
@@ -52,7 +50,7 @@ def test_new_utils_paths_are_the_canonical_objects():
         assert getattr(accel.utils, name) is getattr(accel_checkpoint.fsdp_io, name)
     assert fsdp_utils.merge_fsdp_weights is accel_checkpoint.merge.merge_fsdp_weights
     assert constants.FSDP_MODEL_NAME is accel_checkpoint.constants.FSDP_MODEL_NAME
-    assert constants.FSDP_STATE_DICT_TYPE is accel_parallel.fsdp_plugin.FSDP_STATE_DICT_TYPE
+    assert constants.FSDP_STATE_DICT_TYPE is accel_parallel.fsdp.plugin.FSDP_STATE_DICT_TYPE
     assert versions.compare_versions is accel_state.imports.compare_versions
     assert other.is_peft_model is accel.utils.is_peft_model is accel_state.imports.is_peft_model
     assert tqdm is accel.utils.tqdm is accel_tracking.tqdm
@@ -61,12 +59,12 @@ def test_new_utils_paths_are_the_canonical_objects():
 def test_deepspeed_scheduler_wrapper_is_the_engine_scheduler():
     """transformers' Trainer imports ``DeepSpeedSchedulerWrapper`` and checks prepared
     schedulers against it: it is the scheduler the DeepSpeed engine steps itself."""
-    import accel_parallel.deepspeed
+    import accel_parallel.deepspeed.strategy
     import torch
-
     from accel.utils import DeepSpeedSchedulerWrapper
 
-    assert DeepSpeedSchedulerWrapper is accel_parallel.deepspeed.EngineScheduler  # the one class
+    # the one class
+    assert DeepSpeedSchedulerWrapper is accel_parallel.deepspeed.strategy.EngineScheduler
     optimizer = torch.optim.SGD(torch.nn.Linear(1, 1).parameters(), lr=1.0)
     inner = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
     wrapped = DeepSpeedSchedulerWrapper(inner, optimizer)
@@ -91,7 +89,6 @@ def test_command_paths_are_the_cli_verbs_own(module, name, home):
 
 def test_accelerate_test_command_is_accel_test():
     import accel_launch.selftest
-
     from accel.commands.test import test_command
 
     assert test_command is accel_launch.selftest.run_selftest
@@ -111,10 +108,9 @@ def test_commands_config_is_a_package_and_config_args_loads_a_file(tmp_path):
 
 
 def test_deepspeed_required_refuses_a_run_without_deepspeed():
-    from accel_state import ConfigurationError
-
     from accel import Accelerator
     from accel.utils import deepspeed_required
+    from accel_state import ConfigurationError
 
     @deepspeed_required
     def zero3_only():

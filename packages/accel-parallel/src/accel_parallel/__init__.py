@@ -8,8 +8,9 @@ third-party strategies. The interface is :class:`Strategy` (docs/architecture.md
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from accel_parallel._lazy import lazy_getattr
 from accel_parallel.compile import (
     DynamoBackend,
     TorchDynamoPlugin,
@@ -20,18 +21,19 @@ from accel_parallel.compile import (
     recursive_getattr,
 )
 from accel_parallel.ddp import DDPCommunicationHookType, DDPStrategy, DistributedDataParallelKwargs
-from accel_parallel.fsdp import FSDP2Strategy
-from accel_parallel.fsdp_plugin import FullyShardedDataParallelPlugin
-from accel_parallel.nd import ParallelismStrategy
-from accel_parallel.parallelism_config import (
+from accel_parallel.fsdp.plugin import FullyShardedDataParallelPlugin
+from accel_parallel.fsdp.strategy import FSDP2Strategy
+from accel_parallel.mesh.parallelism_config import (
     ParallelismConfig,
     TorchContextParallelConfig,
     TorchTensorParallelConfig,
     TorchTensorParallelPlugin,
 )
+from accel_parallel.mesh.sequence_parallel import DeepSpeedSequenceParallelConfig
+from accel_parallel.mesh.strategy import ParallelismStrategy
+from accel_parallel.mesh.ulysses_data import sequence_parallel_mean
 from accel_parallel.rebind import parameter_moves, rebind_optimizer
 from accel_parallel.selection import StrategyConfig, select_strategy, strategy_handler_kinds
-from accel_parallel.sequence_parallel import DeepSpeedSequenceParallelConfig
 from accel_parallel.single import SingleDeviceStrategy
 from accel_parallel.strategy import (
     BOUNDARY,
@@ -41,10 +43,9 @@ from accel_parallel.strategy import (
     Strategy,
     SupportsNoSync,
 )
-from accel_parallel.ulysses_data import sequence_parallel_mean
 from accel_parallel.unwrap import extract_model_from_parallel, is_sharded_model
 
-__version__ = "0.3.4"
+__version__ = "0.3.5"
 
 __all__ = [
     "DDPCommunicationHookType", "DDPStrategy", "DynamoBackend", "TorchDynamoPlugin",
@@ -60,25 +61,16 @@ __all__ = [
 ]
 
 # DeepSpeed's names load on first use (PEP 562): `import accel` does not pay for them
-_LAZY = {"DeepSpeedStrategy": "accel_parallel.deepspeed",
-         "DummyOptim": "accel_parallel.deepspeed_dummies",
-         "DummyScheduler": "accel_parallel.deepspeed_dummies",
-         "DeepSpeedPlugin": "accel_parallel.deepspeed_plugin",
-         "HfDeepSpeedConfig": "accel_parallel.deepspeed_json"}
+_LAZY = {"DeepSpeedStrategy": "accel_parallel.deepspeed.strategy",
+         "DummyOptim": "accel_parallel.deepspeed.dummies",
+         "DummyScheduler": "accel_parallel.deepspeed.dummies",
+         "DeepSpeedPlugin": "accel_parallel.deepspeed.plugin",
+         "HfDeepSpeedConfig": "accel_parallel.deepspeed.json"}
+
+__getattr__ = lazy_getattr(__name__, _LAZY)
 
 if TYPE_CHECKING:
-    from accel_parallel.deepspeed import DeepSpeedStrategy
-    from accel_parallel.deepspeed_dummies import DummyOptim, DummyScheduler
-    from accel_parallel.deepspeed_json import HfDeepSpeedConfig
-    from accel_parallel.deepspeed_plugin import DeepSpeedPlugin
-
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'accel_parallel' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+    from accel_parallel.deepspeed.dummies import DummyOptim, DummyScheduler
+    from accel_parallel.deepspeed.json import HfDeepSpeedConfig
+    from accel_parallel.deepspeed.plugin import DeepSpeedPlugin
+    from accel_parallel.deepspeed.strategy import DeepSpeedStrategy

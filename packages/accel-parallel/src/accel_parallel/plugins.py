@@ -23,7 +23,7 @@ from accel_parallel.compile import DynamoBackend, TorchDynamoPlugin
 from accel_parallel.strategy import Strategy
 
 if TYPE_CHECKING:
-    from accel_parallel.deepspeed_plugin import DeepSpeedPlugin
+    from accel_parallel.deepspeed.plugin import DeepSpeedPlugin
 
 __all__ = ["EXCLUSIVE", "ResolvedPlugins", "conflicts", "resolve_plugins", "resolve_dynamo"]
 
@@ -95,11 +95,11 @@ def resolve_plugins(*, fsdp_plugin: Any = None, deepspeed_plugin: Any = None,
     if dynamo.enabled:
         plugins["dynamo"] = dynamo
     if fsdp_from_env:
-        from accel_parallel.fsdp_plugin import FullyShardedDataParallelPlugin
+        from accel_parallel.fsdp.plugin import FullyShardedDataParallelPlugin
 
         fsdp_plugin = FullyShardedDataParallelPlugin()
     if fsdp_plugin is not None:
-        from accel_parallel.fsdp_plugin import FullyShardedDataParallelPlugin
+        from accel_parallel.fsdp.plugin import FullyShardedDataParallelPlugin
 
         if not isinstance(fsdp_plugin, FullyShardedDataParallelPlugin):
             raise ConfigurationError(
@@ -141,7 +141,7 @@ def resolve_deepspeed(deepspeed_plugin: Any, deepspeed_plugins: Any
     given = deepspeed_plugins if deepspeed_plugins is not None else deepspeed_plugin
     if given is None and not env.USE_DEEPSPEED.get_bool():
         return None
-    from accel_parallel.deepspeed_plugin import DeepSpeedPlugin  # only when DeepSpeed is asked for
+    from accel_parallel.deepspeed.plugin import DeepSpeedPlugin  # only when DeepSpeed is asked for
 
     if given is None:
         given = DeepSpeedPlugin()
@@ -183,7 +183,7 @@ def _agree_on_accumulation(plugins: dict[str, DeepSpeedPlugin], steps: int) -> i
 def _parallelism_plugins(parallelism_config: Any, torch_tp_plugin: Any) -> dict[str, Any]:
     """``{"parallelism_config": ..., "tp": ...}`` from the arguments, or a configuration built
     from ``PARALLELISM_CONFIG_*`` when ``ACCELERATE_USE_PARALLELISM_CONFIG`` is set."""
-    from accel_parallel.parallelism_config import ParallelismConfig, TorchTensorParallelPlugin
+    from accel_parallel.mesh.parallelism_config import ParallelismConfig, TorchTensorParallelPlugin
 
     plugins: dict[str, Any] = {}
     if parallelism_config is None and env.USE_PARALLELISM_CONFIG.get_bool():

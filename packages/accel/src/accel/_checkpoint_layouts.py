@@ -64,8 +64,8 @@ def _deepspeed_states(path: Path, manifest: Manifest, names: list[str],
     partitions), only from files its manifest lists, each unpickled from the very bytes
     that were hash-checked as they were read."""
     from accel_checkpoint.hashing import verified_reader
-    from accel_parallel.deepspeed_checkpoint import DEEPSPEED_DIR
-    from accel_parallel.deepspeed_states import read_zero_full_states
+    from accel_parallel.deepspeed.checkpoint import DEEPSPEED_DIR
+    from accel_parallel.deepspeed.states import read_zero_full_states
 
     read: dict[str, Any] = {}
     states: dict[str, Any] = {}

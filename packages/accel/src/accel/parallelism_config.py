@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from accel_parallel.parallelism_config import ParallelismConfig
+from accel_parallel.mesh.parallelism_config import ParallelismConfig
 
 from accel._module_compat import forward_to
 

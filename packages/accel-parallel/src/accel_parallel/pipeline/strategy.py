@@ -26,7 +26,7 @@ import torch
 from accel_state import ConfigurationError
 from accel_state.imports import is_torch_version
 
-from accel_parallel.nd import DataParallelStep, ParallelismStrategy
+from accel_parallel.mesh.strategy import DataParallelStep, ParallelismStrategy
 from accel_parallel.pipeline.model import PipelinedModel, PipelineTopology
 from accel_parallel.pipeline.split import build_shell, merge_shells, plan_stages
 
@@ -138,7 +138,7 @@ class PipelineStrategy(ParallelismStrategy):
         other positions hold other stages)."""
         import torch.distributed as dist
 
-        from accel_parallel.tensor_parallel import broadcast_unsharded
+        from accel_parallel.mesh.tensor_parallel import broadcast_unsharded
 
         group = self._position_group()
         broadcast_unsharded(model, src=dist.get_global_rank(group, 0), group=group)

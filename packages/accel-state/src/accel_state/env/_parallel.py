@@ -91,7 +91,7 @@ PARALLELISM_CONFIG_PP_STAGES_PER_RANK = _var(
     "1F1B; default 2 there, else 1).", "PARALLELISM_CONFIG_PP_STAGES_PER_RANK")
 PARALLELISM_CONFIG_SP_SIZE = _var(
     "ACCEL_PARALLELISM_CONFIG_SP_SIZE", "Ulysses sequence-parallel degree (Accelerate's sp_size); "
-    "default 1. Each sequence is split over that many processes (accel_parallel.ulysses).",
+    "default 1. Each sequence is split over that many processes (accel_parallel.mesh.ulysses).",
     "PARALLELISM_CONFIG_SP_SIZE")
 PARALLELISM_CONFIG_SP_BACKEND = _var(
     "ACCEL_PARALLELISM_CONFIG_SP_BACKEND", "Ulysses sequence-parallel backend: deepspeed "

@@ -33,7 +33,7 @@ from accel_launch.config_classes import (
     SAGEMAKER_PYTORCH_VERSION,
     SAGEMAKER_TRANSFORMERS_VERSION,
 )
-from accel_parallel.fsdp_plugin import (
+from accel_parallel.fsdp.plugin import (
     FSDP2_STATE_DICT_TYPE,
     FSDP_AUTO_WRAP_POLICY,
     FSDP_BACKWARD_PREFETCH,

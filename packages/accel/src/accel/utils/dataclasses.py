@@ -20,7 +20,7 @@ from accel_parallel import (
     TorchTensorParallelConfig,
     TorchTensorParallelPlugin,
 )
-from accel_parallel.fsdp_compat import get_module_class_from_name
+from accel_parallel.fsdp.compat import get_module_class_from_name
 from accel_precision.compat import MSAMPRecipeKwargs
 from accel_precision.kwargs import (
     AORecipeKwargs,

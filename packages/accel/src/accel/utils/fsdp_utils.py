@@ -11,7 +11,7 @@ from accel_checkpoint.fsdp_io import (
     save_fsdp_optimizer,
 )
 from accel_checkpoint.merge import merge_fsdp_weights
-from accel_parallel.fsdp_compat import (
+from accel_parallel.fsdp.compat import (
     compile_regions_fsdp2,
     disable_fsdp_ram_efficient_loading,
     enable_fsdp_ram_efficient_loading,
@@ -24,7 +24,7 @@ from accel_parallel.fsdp_compat import (
     fsdp2_switch_optimizer_parameters,
     get_parameters_from_modules,
 )
-from accel_parallel.fsdp_plugin import (
+from accel_parallel.fsdp.plugin import (
     FSDP2_STATE_DICT_TYPE,
     FSDP_AUTO_WRAP_POLICY,
     FSDP_BACKWARD_PREFETCH,

@@ -13,7 +13,7 @@ from accel_parallel import (
     is_compiled_module,
     recursive_getattr,
 )
-from accel_parallel.tp_plan import get_model_tp_size
+from accel_parallel.mesh.tp_plan import get_model_tp_size
 from accel_state.imports import is_peft_model
 
 from accel._accelerate_helpers import (

@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 from accel_state import ConfigurationError
 
-from accel_parallel.ulysses import all_to_all, repeat_kv_heads, seq_to_heads
+from accel_parallel.mesh.ulysses import all_to_all, repeat_kv_heads, seq_to_heads
 
 __all__ = ["uses_attention_interface", "apply_to_transformers", "ULYSSES_PREFIX",
            "SP_ATTN_IMPLEMENTATIONS"]

@@ -12,8 +12,8 @@ inverse exchange), so it runs on every backend that has all-to-all, gloo on CPU 
 Which modules are core attention is named, never guessed: module-name patterns (``*`` for
 one name component, as in a TP plan) from ``DeepSpeedSequenceParallelConfig(
 sp_attention_modules=...)`` or the model's ``_sp_plan``; a transformers model without either
-goes through its attention interface (:mod:`accel_parallel.ulysses_hf`;
-``accel_parallel.sequence_parallel.apply_ulysses`` chooses). A core module is
+goes through its attention interface (:mod:`accel_parallel.mesh.ulysses_hf`;
+``accel_parallel.mesh.sequence_parallel.apply_ulysses`` chooses). A core module is
 called as ``core(q, k, v, *args, **kwargs)`` with ``(batch, heads, seq, head_dim)`` tensors
 and returns the output in that layout.
 """

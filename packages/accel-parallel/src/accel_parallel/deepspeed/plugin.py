@@ -5,7 +5,7 @@ them (:meth:`DeepSpeedPlugin.from_dict`, also DeepSpeed's own ``offload_optimize
 ``offload_param`` keys as a bool, a device name or a dict), and a DeepSpeed JSON (a path or
 a dict, ``hf_ds_config``). A field given next to a JSON must agree with it (or fill its
 ``"auto"``). The remaining ``"auto"`` values are filled at ``prepare`` from what the
-strategy sees (:mod:`accel_parallel.deepspeed_config`). Nothing here imports DeepSpeed.
+strategy sees (:mod:`accel_parallel.deepspeed.config`). Nothing here imports DeepSpeed.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 
 from accel_state import ConfigurationError, env
 
-from accel_parallel.deepspeed_json import AUTO, HfDeepSpeedConfig, is_auto, load_json
+from accel_parallel.deepspeed.json import AUTO, HfDeepSpeedConfig, is_auto, load_json
 
 __all__ = ["DeepSpeedPlugin", "HfDeepSpeedConfig", "AUTO", "is_auto", "OFFLOAD_DEVICES"]
 
@@ -319,7 +319,7 @@ class DeepSpeedPlugin:
     def set_mixed_precision(self, mixed_precision: str) -> None:
         """Fill ``bf16.enabled`` / ``fp16.enabled`` from the Accelerator's precision ("no",
         "bf16", "fp16"); a JSON that says otherwise is a conflict naming both."""
-        from accel_parallel.deepspeed_config import apply_precision
+        from accel_parallel.deepspeed.config import apply_precision
 
         apply_precision(self.deepspeed_config, mixed_precision)
 
@@ -337,8 +337,8 @@ class DeepSpeedPlugin:
 
         if not (enable or self.zero3_init_flag) or self.zero_stage != 3:
             return contextlib.nullcontext()
-        from accel_parallel.deepspeed_config import zero_init_config
-        from accel_parallel.deepspeed_runtime import import_deepspeed
+        from accel_parallel.deepspeed.config import zero_init_config
+        from accel_parallel.deepspeed.runtime import import_deepspeed
 
         deepspeed = import_deepspeed()
         return deepspeed.zero.Init(config_dict_or_path=zero_init_config(self.deepspeed_config))
@@ -353,7 +353,7 @@ class DeepSpeedPlugin:
         if missing:
             raise ConfigurationError(f"transformer_moe_cls_names names {sorted(missing)}, which "
                                      f"the model {type(model).__name__} does not contain.")
-        from accel_parallel.deepspeed_runtime import import_deepspeed
+        from accel_parallel.deepspeed.runtime import import_deepspeed
 
         import_deepspeed().utils.set_z3_leaf_modules(model, sorted(classes, key=str))
 

@@ -17,7 +17,7 @@ one straight line (:meth:`MeshStrategy.prepare_model`):
 The presets differ only in where the sizes come from: :class:`ParallelismStrategy` (``nd``)
 from a ``ParallelismConfig`` (``Accelerator(parallelism_config=...)``,
 ``ACCELERATE_USE_PARALLELISM_CONFIG``) or Accelerate's deprecated
-``TorchTensorParallelPlugin``; :class:`~accel_parallel.fsdp.FSDP2Strategy` (``fsdp``) from
+``TorchTensorParallelPlugin``; :class:`~accel_parallel.fsdp.strategy.FSDP2Strategy` (``fsdp``) from
 an FSDP plugin's sharding strategy. Batches are sharded over the flattened ``dp`` dimension
 only, so the ranks of one TP/CP group read the same batches.
 """
@@ -32,7 +32,7 @@ import torch
 from accel_state import ConfigurationError, DistributedType
 
 from accel_parallel.ddp import join_ddp, sync_ddp_in_backward, wrap_ddp
-from accel_parallel.fsdp_sharding import (
+from accel_parallel.fsdp.sharding import (
     adapt_precision,
     apply_activation_checkpointing,
     broadcast_from_main,
@@ -43,13 +43,13 @@ from accel_parallel.fsdp_sharding import (
     with_gradient_sync,
     without_gradient_sync,
 )
-from accel_parallel.mesh import BuiltMesh, build_mesh
-from accel_parallel.plugins import conflicts
-from accel_parallel.sequence_parallel import (
+from accel_parallel.mesh.device_mesh import BuiltMesh, build_mesh
+from accel_parallel.mesh.sequence_parallel import (
     apply_sequence_parallel,
     check_sequence_parallel_runtime,
     shard_for_sequence_parallel,
 )
+from accel_parallel.plugins import conflicts
 from accel_parallel.strategy import Strategy
 from accel_parallel.unwrap import is_sharded_model
 
@@ -57,8 +57,8 @@ if TYPE_CHECKING:
     from accel_precision import Precision
     from accel_state import PartialState
 
-    from accel_parallel.fsdp_plugin import FullyShardedDataParallelPlugin
-    from accel_parallel.parallelism_config import ParallelismConfig
+    from accel_parallel.fsdp.plugin import FullyShardedDataParallelPlugin
+    from accel_parallel.mesh.parallelism_config import ParallelismConfig
     from accel_parallel.selection import StrategyConfig
 
 __all__ = ["DataParallelStep", "MeshStrategy", "ParallelismStrategy", "resolve_parallelism"]
@@ -114,7 +114,7 @@ class MeshStrategy(Strategy):
                  plugin: FullyShardedDataParallelPlugin | None = None, sharding: bool = True, ddp_kwargs: Any = None, **options: Any) -> None:
         super().__init__(state, precision=precision, **options)
         if plugin is None:
-            from accel_parallel.fsdp_plugin import FullyShardedDataParallelPlugin
+            from accel_parallel.fsdp.plugin import FullyShardedDataParallelPlugin
 
             plugin = FullyShardedDataParallelPlugin()
         self.plugin = plugin
@@ -220,7 +220,7 @@ class MeshStrategy(Strategy):
     def broadcast_unsharded(self, model: torch.nn.Module) -> None:
         """Make the weights TP left whole equal everywhere: rank 0's, over every process
         (the pipeline strategy narrows it to the ranks of one pipeline position)."""
-        from accel_parallel.tensor_parallel import broadcast_unsharded
+        from accel_parallel.mesh.tensor_parallel import broadcast_unsharded
 
         broadcast_unsharded(model)
 
@@ -229,7 +229,7 @@ class MeshStrategy(Strategy):
         attention exchanges sequence for heads (each a no-op at size 1)."""
         config = self.parallelism
         if config.tp_enabled:
-            from accel_parallel.tensor_parallel import apply_tensor_parallel
+            from accel_parallel.mesh.tensor_parallel import apply_tensor_parallel
 
             handler = config.tp_handler
             apply_tensor_parallel(model, self._mesh.submesh("tp"),
@@ -286,7 +286,7 @@ class MeshStrategy(Strategy):
                         norm_type: float = 2) -> torch.Tensor:
         """The norm of the whole gradient across every mesh its pieces live on (TP weights
         on ``tp``/2-D, the rest on ``dp_shard``), then clipped; a plain tensor."""
-        from accel_parallel.tensor_parallel import clip_grad_norm_
+        from accel_parallel.mesh.tensor_parallel import clip_grad_norm_
 
         return clip_grad_norm_(parameters, max_norm, norm_type)
 
@@ -296,7 +296,7 @@ class MeshStrategy(Strategy):
         config = self.parallelism
         if not config.cp_enabled:
             return contextlib.nullcontext()
-        from accel_parallel.context_parallel import context_parallel_block
+        from accel_parallel.mesh.context_parallel import context_parallel_block
 
         return context_parallel_block(self._mesh.submesh("cp"), buffers, buffer_seq_dims,
                                       no_restore_buffers, config.cp_handler.cp_comm_strategy)
@@ -367,7 +367,7 @@ class ParallelismStrategy(MeshStrategy):
                  parallelism: ParallelismConfig | None = None,
                  plugin: FullyShardedDataParallelPlugin | None = None,
                  tp_plugin: Any = None, ddp_kwargs: Any = None, **options: Any) -> None:
-        from accel_parallel.context_parallel import check_context_parallel_device
+        from accel_parallel.mesh.context_parallel import check_context_parallel_device
 
         if parallelism is not None:  # the device first: no size makes CP run on a CPU
             check_context_parallel_device(parallelism.cp_size, state.device)

@@ -1,7 +1,7 @@
 """DeepSpeed ZeRO 1/2/3 as a Strategy: ``deepspeed.initialize`` behind the same four lines.
 
 Chosen when the Accelerator got a ``deepspeed_plugin`` (or ``ACCELERATE_USE_DEEPSPEED``).
-``prepare`` fills the config's ``"auto"`` values (:mod:`accel_parallel.deepspeed_config`)
+``prepare`` fills the config's ``"auto"`` values (:mod:`accel_parallel.deepspeed.config`)
 and hands one model with its optimizer and scheduler to ``deepspeed.initialize``; from
 then on the engine owns the step, as Accelerate users expect: ``accelerator.backward``
 runs the engine's backward and step (the engine divides the loss for accumulation,
@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any
 import torch
 from accel_state import ConfigurationError, DistributedType
 
-from accel_parallel.deepspeed_config import fill_auto, hidden_size_of
-from accel_parallel.deepspeed_dummies import DummyOptim, DummyScheduler, EngineScheduler
-from accel_parallel.deepspeed_plugin import DeepSpeedPlugin
-from accel_parallel.deepspeed_precision import cast_floating_inputs, config_precision
-from accel_parallel.deepspeed_runtime import (
+from accel_parallel.deepspeed.config import fill_auto, hidden_size_of
+from accel_parallel.deepspeed.dummies import DummyOptim, DummyScheduler, EngineScheduler
+from accel_parallel.deepspeed.plugin import DeepSpeedPlugin
+from accel_parallel.deepspeed.precision import cast_floating_inputs, config_precision
+from accel_parallel.deepspeed.runtime import (
     announce_setup,
     ensure_process_group,
     import_deepspeed,
@@ -76,7 +76,7 @@ class DeepSpeedStrategy(Strategy):
 
     @classmethod
     def from_config(cls, config: StrategyConfig) -> DeepSpeedStrategy:
-        from accel_parallel.sequence_parallel import check_sequence_parallel_runtime
+        from accel_parallel.mesh.sequence_parallel import check_sequence_parallel_runtime
 
         check_sequence_parallel_runtime(config.plugins.get("parallelism_config"), "deepspeed")
         others = conflicts("deepspeed", config.plugins)
@@ -327,11 +327,11 @@ class DeepSpeedStrategy(Strategy):
 
     def checkpoint_format(self, models: list[torch.nn.Module]) -> Any:
         """DeepSpeed's own engine checkpoint inside accel's commit protocol, when any of the
-        models is an engine's (:class:`~accel_parallel.deepspeed_checkpoint.DeepSpeedWriter`)."""
+        models is an engine's (:class:`~accel_parallel.deepspeed.checkpoint.DeepSpeedWriter`)."""
         engines = self.engines.values()
         mine = {id(e) for e in engines} | {id(e.module) for e in engines}
         if any(id(m) in mine for m in models):
-            from accel_parallel.deepspeed_checkpoint import DeepSpeedWriter
+            from accel_parallel.deepspeed.checkpoint import DeepSpeedWriter
 
             return DeepSpeedWriter(self.engines)
         return super().checkpoint_format(models)
@@ -349,6 +349,6 @@ def _cpu_optimizer_for_offload(optimizer: Any, config: dict[str, Any]) -> Any:
         return optimizer
     if type(optimizer) not in (torch.optim.Adam, torch.optim.AdamW, torch.optim.Adagrad):
         return optimizer
-    from accel_parallel.deepspeed_compat import map_pytorch_optim_to_deepspeed
+    from accel_parallel.deepspeed.compat import map_pytorch_optim_to_deepspeed
 
     return map_pytorch_optim_to_deepspeed(optimizer)

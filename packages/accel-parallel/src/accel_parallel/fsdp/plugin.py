@@ -19,7 +19,7 @@ from accel_state import ConfigurationError
 from accel_state import env as _env
 from accel_state.env import EnvVar, str_to_bool
 
-from accel_parallel.torch_fsdp import fsdp1, fsdp2
+from accel_parallel.fsdp.torch_fsdp import fsdp1, fsdp2
 
 __all__ = ["FullyShardedDataParallelPlugin", "FSDP_SHARDING_STRATEGY", "FSDP_AUTO_WRAP_POLICY",
            "FSDP_STATE_DICT_TYPE", "FSDP2_STATE_DICT_TYPE", "FSDP_BACKWARD_PREFETCH"]

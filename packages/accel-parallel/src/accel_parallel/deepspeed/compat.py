@@ -14,7 +14,7 @@ import torch
 from accel_state import ConfigurationError, DistributedType
 
 from accel_parallel.compile import compile_regions
-from accel_parallel.deepspeed_runtime import import_deepspeed
+from accel_parallel.deepspeed.runtime import import_deepspeed
 
 __all__ = ["DeepSpeedEngineWrapper", "DeepSpeedOptimizerWrapper", "compile_regions_deepspeed",
            "get_active_deepspeed_plugin", "map_pytorch_optim_to_deepspeed"]

@@ -15,8 +15,8 @@ from typing import Any
 import torch
 from accel_state import ConfigurationError
 
-from accel_parallel.tp_plan import resolve_tp_plan
-from accel_parallel.tp_styles import ReplicateParallel
+from accel_parallel.mesh.tp_plan import resolve_tp_plan
+from accel_parallel.mesh.tp_styles import ReplicateParallel
 
 __all__ = ["ReplicateParallel", "apply_tensor_parallel", "broadcast_unsharded",
            "clip_grad_norm_"]

@@ -4,7 +4,7 @@ Each ``"auto"`` has one documented source (docs/deepspeed.md): the micro batch s
 the prepared data loader, the accumulation steps from the Accelerator, the train batch size
 from both and the number of data-parallel processes, ``bf16``/``fp16`` from the
 Accelerator's mixed precision, bucket sizes from the model's hidden size, optimizer and
-scheduler parameters from :class:`~accel_parallel.deepspeed_dummies.DummyOptim` /
+scheduler parameters from :class:`~accel_parallel.deepspeed.dummies.DummyOptim` /
 ``DummyScheduler``. A value that is set and differs from what accel sees is an error
 naming both sources — never a silent winner. Pure functions: no DeepSpeed import.
 """
@@ -16,7 +16,7 @@ from typing import Any
 
 from accel_state import ConfigurationError
 
-from accel_parallel.deepspeed_json import AUTO, is_auto
+from accel_parallel.deepspeed.json import AUTO, is_auto
 
 __all__ = ["apply_precision", "fill_auto", "hidden_size_of", "zero_init_config",
            "remaining_auto"]

@@ -7,7 +7,7 @@ sequence split for a split over attention heads (an all-to-all), so every proces
 ordinary attention on a slice of the heads. It is driven by ``position_ids`` rather than an
 attention mask, which decides the attention implementations it can use.
 
-accel runs it torch-natively on the run's one mesh (:mod:`accel_parallel.ulysses`, the
+accel runs it torch-natively on the run's one mesh (:mod:`accel_parallel.mesh.ulysses`, the
 ``sp`` dimension): ``sp_backend="deepspeed"`` (Accelerate's name, the default) and
 ``"torch"`` (accel's) select the same implementation, which needs no DeepSpeed; parameters
 are sharded by FSDP2 over ``dp_shard`` x ``sp`` (``dp_shard_cp``), which also averages their
@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Any
 from accel_state import ConfigurationError
 from accel_state import env as _env
 
-from accel_parallel.ulysses import UlyssesForward, attention_patterns, core_attention_modules
-from accel_parallel.ulysses_data import shard_loader
-from accel_parallel.ulysses_hf import (
+from accel_parallel.mesh.ulysses import UlyssesForward, attention_patterns, core_attention_modules
+from accel_parallel.mesh.ulysses_data import shard_loader
+from accel_parallel.mesh.ulysses_hf import (
     SP_ATTN_IMPLEMENTATIONS,
     apply_to_transformers,
     uses_attention_interface,

@@ -1,7 +1,7 @@
 """accel's own tensor-parallel style: :class:`ReplicateParallel` (transformers'
 ``"replicate"``). Its own module, because defining it imports torch's tensor-parallel API:
-plans (:mod:`accel_parallel.tp_plan`, read at ``import accel``) name it by string and load
-it only when a plan uses it, and :mod:`accel_parallel.tensor_parallel` re-exports it.
+plans (:mod:`accel_parallel.mesh.tp_plan`, read at ``import accel``) name it by string and load
+it only when a plan uses it, and :mod:`accel_parallel.mesh.tensor_parallel` re-exports it.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """What FSDP2 (``torch.distributed.fsdp.fully_shard``) does to a model, as functions the
-mesh strategy's data-parallel step calls (:mod:`accel_parallel.nd`): the mixed-precision
+mesh strategy's data-parallel step calls (:mod:`accel_parallel.mesh.strategy`): the mixed-precision
 policy, ``fully_shard`` of the wrap units and the root, activation checkpointing, the rank-0
 weights broadcast, the gradient-sync switches of accumulation, and the mesh sizes an FSDP
 plugin implies. No strategy class lives here, so the mesh strategy and the FSDP2 preset
-(:mod:`accel_parallel.fsdp`) both import it without importing each other.
+(:mod:`accel_parallel.fsdp.strategy`) both import it without importing each other.
 """
 
 from __future__ import annotations
@@ -17,14 +17,14 @@ import torch
 from accel_state import ConfigurationError
 from accel_state.imports import is_torch_version
 
-from accel_parallel.torch_fsdp import fsdp2
+from accel_parallel.fsdp.torch_fsdp import fsdp2
 
 if TYPE_CHECKING:
     from accel_precision import Precision
     from accel_state import PartialState
 
-    from accel_parallel.fsdp_plugin import FullyShardedDataParallelPlugin
-    from accel_parallel.parallelism_config import ParallelismConfig
+    from accel_parallel.fsdp.plugin import FullyShardedDataParallelPlugin
+    from accel_parallel.mesh.parallelism_config import ParallelismConfig
 
 __all__ = ["CheckpointedForward", "apply_activation_checkpointing", "plugin_parallelism",
            "adapt_precision", "ensure_process_group", "broadcast_from_main", "shard_model",
@@ -74,7 +74,7 @@ def plugin_parallelism(plugin: FullyShardedDataParallelPlugin, world: int
     """The mesh sizes an FSDP plugin's strategy implies without a ParallelismConfig:
     replicate over machines and shard within one (hybrid), replicate only (NO_SHARD) or
     shard over every process."""
-    from accel_parallel.parallelism_config import ParallelismConfig
+    from accel_parallel.mesh.parallelism_config import ParallelismConfig
 
     replicate, shard = 1, world
     if plugin.replicate_only:

@@ -4,8 +4,8 @@ parameter names without the wrapper prefixes activation checkpointing and ``torc
 insert, and the FSDP2 building blocks (wrap policy, activation checkpointing, sharding one
 model, loading a full state dict into the shards, re-pointing an optimizer, weight re-tying).
 
-Each is a thin public entry to one step of :class:`~accel_parallel.fsdp.FSDP2Strategy`, so a
-script that assembles FSDP2 by hand as Accelerate's building blocks allow gets the same
+Each is a thin public entry to one step of
+:class:`~accel_parallel.fsdp.strategy.FSDP2Strategy`, so a script that assembles FSDP2 by hand as Accelerate's building blocks allow gets the same
 sharding, checkpointing and loading as ``Accelerator.prepare``. Functions that need the
 strategy take the accelerator and use ``accelerator.strategy``.
 """
@@ -77,7 +77,7 @@ def get_parameters_from_modules(modules: Iterable[torch.nn.Module] | str | None,
 
 def _fsdp_strategy(accelerator: Any, caller: str) -> Any:
     """The accelerator's FSDP2 strategy; an error naming what it runs instead."""
-    from accel_parallel.nd import MeshStrategy
+    from accel_parallel.mesh.strategy import MeshStrategy
 
     strategy = getattr(accelerator, "strategy", None)
     if not isinstance(strategy, MeshStrategy):
@@ -108,7 +108,7 @@ def fsdp2_apply_ac(accelerator: Any, model: torch.nn.Module) -> torch.nn.Module:
     """Checkpoint activations of the plugin's wrap units (the whole model when it has none),
     in place, as ``prepare`` does with ``activation_checkpointing=True``; returns ``model``.
     Forwards are replaced rather than wrapped, so parameter names do not change."""
-    from accel_parallel.fsdp_sharding import apply_activation_checkpointing
+    from accel_parallel.fsdp.sharding import apply_activation_checkpointing
 
     plugin = _fsdp_strategy(accelerator, "fsdp2_apply_ac").plugin
     apply_activation_checkpointing(plugin.modules_to_shard(model) or [model])
@@ -130,7 +130,7 @@ def fsdp2_load_full_state_dict(accelerator: Any, model: torch.nn.Module, full_sd
     dict, broadcast to every rank (the other ranks' ``full_sd`` is not read and may be empty).
     A model still on the meta device is first given memory for its shards: on the CPU with
     ``cpu_offload``, else on ``accelerator.device``. Returns ``model``."""
-    from accel_parallel.fsdp_sharding import broadcast_from_main
+    from accel_parallel.fsdp.sharding import broadcast_from_main
 
     if any(t.is_meta for t in (*model.parameters(), *model.buffers())):
         model.to_empty(device=torch.device("cpu") if cpu_offload else accelerator.device)

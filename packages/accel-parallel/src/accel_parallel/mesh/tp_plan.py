@@ -51,7 +51,7 @@ def make_style(style: Any, where: str = "tp_plan") -> Any:
     if name in ("rowwise_rep", "embedding_rowwise"):
         return RowwiseParallel(input_layouts=Replicate())
     if name == "replicate":
-        from accel_parallel.tp_styles import ReplicateParallel
+        from accel_parallel.mesh.tp_styles import ReplicateParallel
 
         return ReplicateParallel()
     styles = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel,

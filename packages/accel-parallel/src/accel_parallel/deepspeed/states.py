@@ -9,7 +9,7 @@ fragment offsets DeepSpeed records for it (``param_slice_mappings``) and the fra
 each parameter are joined in rank order, whatever number of processes saved it. A
 checkpoint without ZeRO partitions (stage 0) holds the torch optimizer's own state.
 
-Files are read with :func:`~accel_parallel.deepspeed_checkpoint.restricted_load` (an
+Files are read with :func:`~accel_parallel.deepspeed.checkpoint.restricted_load` (an
 allow-list of DeepSpeed's data classes: no code runs), from the bytes the caller's
 ``read`` hash-checked when it gives one (the facade does). ZeRO-3 (every parameter partitioned
 on its own), model parallelism and DeepSpeed's elastic partition format are refused,
@@ -94,7 +94,7 @@ def read_zero_full_states(folder: str | Path, read: Any = None
     every file is unpickled from the bytes it returns, not opened again."""
     from accel_state.imports import require
 
-    from accel_parallel.deepspeed_checkpoint import restricted_load
+    from accel_parallel.deepspeed.checkpoint import restricted_load
 
     folder = Path(folder)
     require("deepspeed", extra="deepspeed", dist="accel-parallel",

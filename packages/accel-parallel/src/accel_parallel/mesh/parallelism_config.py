@@ -4,9 +4,9 @@ One configuration names how many processes each kind of parallelism spans:
 ``dp_replicate`` (DDP replicas, or HSDP's replicate dimension), ``dp_shard`` (FSDP2
 sharding), ``cp`` (context parallelism) and ``tp`` (tensor parallelism). Their product is
 the number of processes. The strategy builds ONE named ``DeviceMesh`` from it
-(:mod:`accel_parallel.mesh`) and applies the parallelisms in one order (docs/parallel.md).
-Fields left as None come from Accelerate's ``PARALLELISM_CONFIG_*`` variables (what its
-launcher writes), else 1.
+(:mod:`accel_parallel.mesh.device_mesh`) and applies the parallelisms in one order
+(docs/parallel.md). Fields left as None come from Accelerate's ``PARALLELISM_CONFIG_*``
+variables (what its launcher writes), else 1.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from accel_state import ConfigurationError
 from accel_state import env as _env
 
 from accel_parallel.config_values import positive_int
-from accel_parallel.mesh import MESH_ORDER, BuiltMesh, build_mesh
+from accel_parallel.mesh.device_mesh import MESH_ORDER, BuiltMesh, build_mesh
+from accel_parallel.mesh.sequence_parallel import DeepSpeedSequenceParallelConfig
 from accel_parallel.pipeline.config import PipelineParallelConfig
-from accel_parallel.sequence_parallel import DeepSpeedSequenceParallelConfig
 
 __all__ = ["ParallelismConfig", "TorchTensorParallelConfig", "TorchContextParallelConfig",
            "TorchTensorParallelPlugin", "CP_COMM_STRATEGIES"]
@@ -98,7 +98,7 @@ class ParallelismConfig:
     """Context-parallel implementation: ``torch`` (env ..._CP_BACKEND; the only one)."""
     sp_size: int | None = None
     """Ulysses sequence-parallel degree (env ..._SP_SIZE, default 1): each sequence is split
-    over this many processes, which read the same batches (accel_parallel.ulysses)."""
+    over this many processes, which read the same batches (accel_parallel.mesh.ulysses)."""
     sp_backend: str | None = None
     """Ulysses backend (env ..._SP_BACKEND): ``deepspeed`` (Accelerate's name, the default),
     ``torch`` or ``accelerate`` all run accel's torch-native Ulysses, without DeepSpeed."""
