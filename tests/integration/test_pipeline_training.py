@@ -1,7 +1,7 @@
 """Pipeline-parallel training (ParallelismConfig(pp_size=2)) with real processes (gloo)
-through `accel launch`: every schedule, and 2 stages x DP 2 with save/load/resume, equal to
-one process, and 2 x 2 interleaved stages x TP 2 (scripts/pipeline_train.py says what each
-line checks)."""
+through `accel launch`: every schedule (and its forward-only evaluation), and 2 stages x DP 2
+with save/load/resume (strict=False too), equal to one process, and 2 x 2 interleaved stages
+x TP 2 (scripts/pipeline_train.py says what each line checks)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,10 @@ def test_three_schedules_on_two_processes_equal_one_process(explain, launch, scr
     for rank in (0, 1):
         for schedule in ("gpipe", "1f1b", "interleaved_1f1b"):
             assert f"SCHEDULE-{schedule}-OK rank={rank}" in out, explain(proc)
+            assert f"EVAL-{schedule}-OK rank={rank}" in out, explain(proc)
         assert f"CONTRACT-OK rank={rank}" in out, explain(proc)
+        assert f"NON-STRICT-OK rank={rank}" in out, explain(proc)
+        assert f"EVAL-MODE-OK rank={rank}" in out, explain(proc)
         assert f"CLIP-OK rank={rank}" in out, explain(proc)
         assert f"REFUSALS-OK rank={rank}" in out, explain(proc)
         assert f"SPLIT-ERROR-OK rank={rank}" in out, explain(proc)
@@ -38,6 +41,6 @@ def test_two_stages_times_dp2_on_four_processes_and_exact_resume(explain, launch
     assert proc.returncode == 0, explain(proc)
     out = proc.stdout
     for rank in range(4):
-        for check in ("PP-REPLICATE", "PP-TP", "PP-FSDP", "RESUME"):
+        for check in ("PP-REPLICATE", "PP-TP", "PP-FSDP", "RESUME", "PP-FSDP-EVAL"):
             assert f"{check}-OK rank={rank}" in out, explain(proc)
     assert out.count("PIPELINE-pp_dp-DONE") == 4, explain(proc)

@@ -4,7 +4,9 @@
 found by name in the ``accel.checkpoint_layouts`` entry-point registry (accel-parallel does
 not import accel-checkpoint, DESIGN.md §3): the stages' parameter names are the whole
 model's, so each rank's DCP items are its own stages' (replicas of one stage write one
-copy) and the checkpoint loads back into the same pipeline. ``get_state_dict`` /
+copy) and the checkpoint loads back into the same pipeline (``load_state(strict=False)``
+too: the writer says what the sharded one says, ``loads_non_strict``, and hands the names on).
+``get_state_dict`` /
 ``save_model`` need the whole model on the main process: :meth:`full_state_dict` gathers
 every stage's full tensors over the pipeline group, in the original order.
 """
@@ -91,6 +93,8 @@ class PipelineCheckpointWriter:
     def __init__(self, pipelines: list[PipelinedModel], dp_rank: int) -> None:
         self._inner = _sharded_writer()
         self.unpickles = self._inner.unpickles
+        #: ``load`` takes ``non_strict=`` (model entry names) when the sharded writer does
+        self.loads_non_strict = bool(getattr(self._inner, "loads_non_strict", False))
         self._pipelines = pipelines
         self._dp_rank = dp_rank
 
@@ -98,8 +102,11 @@ class PipelineCheckpointWriter:
              world_size: int) -> list[str]:
         return self._inner.save(staging, self._local(objects), rank, world_size)
 
-    def load(self, path: Path, objects: Mapping[str, Any], rank: int, world_size: int) -> None:
-        self._inner.load(path, self._local(objects), rank, world_size)
+    def load(self, path: Path, objects: Mapping[str, Any], rank: int, world_size: int,
+             **options: Any) -> None:
+        """The sharded writer's load of this rank's stages; ``options`` (``non_strict=``
+        names: those models load as ``strict=False``) go to it as they are."""
+        self._inner.load(path, self._local(objects), rank, world_size, **options)
 
     def _local(self, objects: Mapping[str, Any]) -> dict[str, Any]:
         local: dict[str, Any] = {}

@@ -11,9 +11,11 @@ with several forwards in flight.
 
 The step: the prepared model's call runs forward and backward of the whole pipeline and
 returns the loss; :meth:`PipelineStrategy.backward` accepts that loss once and refuses any
-other. Gradient accumulation is the micro-batches (``num_microbatches``), so
-``gradient_accumulation_steps > 1`` is refused, as is a loss-scaling precision (fp16),
-whose scaler the schedule's backward would not apply.
+other. Under ``torch.no_grad()``, in ``eval()`` mode or prepared with ``evaluation_mode=True``
+the call runs forward only (:mod:`accel_parallel.pipeline.evaluate`). Gradient accumulation
+is the micro-batches (``num_microbatches``), so ``gradient_accumulation_steps > 1`` is
+refused, as is a loss-scaling precision (fp16), whose scaler the schedule's backward would
+not apply.
 """
 
 from __future__ import annotations
@@ -99,12 +101,9 @@ class PipelineStrategy(ParallelismStrategy):
 
     def prepare_model(self, model: torch.nn.Module, *, device_placement: bool = True,
                       evaluation_mode: bool = False) -> torch.nn.Module:
-        """Split ``model``, prepare this rank's stages in the mesh order, wrap them."""
+        """Split ``model``, prepare this rank's stages in the mesh order, wrap them
+        (``evaluation_mode``: every call of the result runs forward only)."""
         name = type(model).__name__
-        if evaluation_mode:
-            raise ConfigurationError(
-                f"{name} cannot be prepared for evaluation only with pp_size > 1: the pipeline "
-                "runs training steps. Prepare it for training, or evaluate with pp_size=1.")
         config = self.parallelism.pp_handler
         topology = self.topology
         plan = plan_stages(model, topology.num_stages, path=config.layers,
@@ -122,14 +121,16 @@ class PipelineStrategy(ParallelismStrategy):
             for shell, _, _ in shells:
                 self._broadcast_stage(shell)
         prepared = [(super(PipelineStrategy, self).prepare_model(
-            shell, device_placement=device_placement), first, is_last)
+            shell, device_placement=device_placement, evaluation_mode=evaluation_mode), first,
+            is_last)
             for shell, first, is_last in shells]
         local = merge_shells(model, plan.path, prepared)
         kept = {id(p) for p in local.parameters()}
         self._foreign.update((id(p), weakref.ref(p)) for p in model.parameters()
                              if id(p) not in kept)
         pipeline = PipelinedModel(local, [shell for shell, _, _ in prepared], topology, config,
-                                  self.state.device, name, key_order)
+                                  self.state.device, name, key_order,
+                                  evaluation_only=evaluation_mode)
         self._pipelines.append(pipeline)
         return pipeline
 
