@@ -3,16 +3,19 @@ Llama trained with ``ParallelismConfig(sp_size=2)`` (2 processes) or ``sp_size=2
 dp_shard_size=2`` (4 processes) against the same model trained in this process on the whole
 global batches. Checked on every rank: the first step's logits (this rank's sequence shard)
 and every gradient, then the loss of every step and the final weights, within ``TOL``; on 2
-processes also a transformers Llama through its attention interface, and the refusal of a
-sequence length that does not divide.
+processes also save_state / load_state halfway (the state after load equals the state saved,
+the resumed steps repeat the losses bit for bit), a transformers Llama through its attention
+interface, and the refusal of a sequence length that does not divide.
 
-Prints ``SP-OK rank=<r>`` (and ``SP-HF-OK rank=<r>`` when transformers is installed).
+argv: WORLD_SIZE [OUT_DIR]. Prints ``SP-OK rank=<r>``, ``SP-RESUME-OK rank=<r>`` (2
+processes) and ``SP-HF-OK rank=<r>`` when transformers is installed.
 """
 
 from __future__ import annotations
 
 import copy
 import sys
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -63,8 +66,9 @@ def full_grads(model) -> dict[str, torch.Tensor]:
 
 def reference_run(model, samples, global_batch: int, dp: int) -> tuple[list, list, dict]:
     """The unsharded run: mean over each data-parallel part of the global batch of its token
-    mean (what the data-parallel average computes), SGD; losses, first gradients, weights."""
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    mean (what the data-parallel average computes), SGD with momentum; losses, first
+    gradients, weights."""
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.5)
     losses, first = [], None
     for step in range(STEPS):
         chunk = samples[step * global_batch:(step + 1) * global_batch]
@@ -100,11 +104,11 @@ def main() -> None:
     full_logits = reference(first_batch["input_ids"])
     losses_ref, grads_ref, weights_ref = reference_run(reference, samples, PER_RANK * dp, dp)
 
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.5)
     model, optimizer, loader = accelerator.prepare(
         model, optimizer, DataLoader(samples, batch_size=PER_RANK))
-    losses = []
-    for step, batch in enumerate(loader):
+
+    def train_step(step: int, batch: dict[str, torch.Tensor]) -> float:
         assert batch["input_ids"].shape == (PER_RANK, SEQ // sp), batch["input_ids"].shape
         total, count, logits = token_loss(model, batch)
         loss = sequence_parallel_mean(total, count, sp_group)
@@ -117,7 +121,15 @@ def main() -> None:
                 torch.testing.assert_close(grad, grads_ref[name], **TOL, msg=name)
         optimizer.step()
         optimizer.zero_grad()
-        losses.append(accelerator.reduce(loss.detach(), "mean").item())
+        return accelerator.reduce(loss.detach(), "mean").item()
+
+    batches, half = list(loader), STEPS // 2
+    losses = [train_step(step, batch) for step, batch in enumerate(batches[:half])]
+    if dp == 1:  # the 2-process run: save halfway, resume below
+        checkpoint = Path(sys.argv[2]) / "sp-ckpt"
+        accelerator.save_state(checkpoint)
+        saved = accelerator.get_state_dict(model)
+    losses += [train_step(step, batch) for step, batch in enumerate(batches[half:], half)]
     assert len(losses) == STEPS, losses
     torch.testing.assert_close(torch.tensor(losses), torch.tensor(losses_ref), **TOL)
     weights = accelerator.get_state_dict(model)
@@ -126,6 +138,14 @@ def main() -> None:
             torch.testing.assert_close(weights[name], value, **TOL, msg=name)
     print(f"SP-OK rank={rank} losses={[round(v, 5) for v in losses]}", flush=True)
     if dp == 1:
+        accelerator.load_state(checkpoint)  # SGD's momentum buffers too (sharded, DCP)
+        loaded = accelerator.get_state_dict(model)
+        if rank == 0:
+            assert list(loaded) == list(saved) and all(torch.equal(loaded[k], saved[k])
+                                                       for k in saved)
+        resumed = [train_step(step, batch) for step, batch in enumerate(batches[half:], half)]
+        assert resumed == losses[half:], (resumed, losses[half:])
+        print(f"SP-RESUME-OK rank={rank}", flush=True)
         check_refusals(accelerator)
         check_accelerates_recipe(sp_group, sp_rank)
         check_transformers(accelerator, sp_group, sp_rank)
