@@ -131,3 +131,34 @@ def test_every_backend_name_gets_a_handler_and_shards_with_fsdp2(backend):
     with pytest.raises(ConfigurationError, match=r"sp_backend='ring' is not valid; use one of "
                                                  r"deepspeed, torch, accelerate"):
         ParallelismConfig(sp_size=2, sp_backend="ring")
+
+
+def test_tp_and_sp_compose_on_one_mesh_tp_first(monkeypatch):
+    """TP x SP needs tp_size * sp_size processes (4 at the least: no 2-process run), so the
+    composition is checked here: ``tp`` is the innermost mesh dimension (a TP group is
+    consecutive ranks) after ``sp``; FSDP2 shards over ``sp`` (``dp_shard_cp``) and not over
+    ``tp``; each model gets TP over the ``tp`` submesh first, then Ulysses over the mesh (so
+    the core attention sees this TP rank's heads, which the exchange splits over ``sp``)."""
+    from types import SimpleNamespace
+
+    import torch
+    from accel_parallel.mesh import strategy as nd
+    from accel_parallel.mesh import tensor_parallel
+    from accel_parallel.mesh.device_mesh import mesh_dims
+    from accel_parallel.mesh.strategy import DataParallelStep, MeshStrategy
+
+    config = ParallelismConfig(tp_size=2, sp_size=2)
+    assert mesh_dims(config) == [("sp", 2), ("tp", 2)]
+    assert config.total_size == config.non_data_parallel_size == 4
+    assert config.dp_shard_cp_dim_names == ["sp"] and config.fsdp_enabled
+    assert DataParallelStep.for_mesh(config, sharding=config.fsdp_enabled) is \
+        DataParallelStep.FSDP
+    steps: list[tuple[str, object]] = []
+    monkeypatch.setattr(tensor_parallel, "apply_tensor_parallel",
+                        lambda model, mesh, **options: steps.append(("tp", mesh)))
+    monkeypatch.setattr(nd, "apply_sequence_parallel",
+                        lambda model, mesh, parallelism: steps.append(("sp", mesh)))
+    mesh = SimpleNamespace(submesh=lambda name: f"submesh:{name}")
+    MeshStrategy.parallelize(SimpleNamespace(parallelism=config, _mesh=mesh),
+                             torch.nn.Linear(2, 2))
+    assert steps == [("tp", "submesh:tp"), ("sp", mesh)]
