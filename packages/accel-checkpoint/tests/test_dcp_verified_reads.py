@@ -122,7 +122,7 @@ def test_corrupt_checkpoint_errors_cross_processes_whole():
 
 
 def test_shards_are_read_into_fresh_huge_page_memory(tmp_path):
-    from accel_checkpoint.hashing import huge_page_buffer, read_file
+    from accel_checkpoint.filebytes import huge_page_buffer, read_file
 
     (tmp_path / "a").write_bytes(bytes(range(256)) * 4099)
     (tmp_path / "empty").write_bytes(b"")

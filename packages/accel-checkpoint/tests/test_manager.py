@@ -304,20 +304,20 @@ def test_full_verification_reads_each_file_through_the_mapping_it_checked(tmp_pa
 def test_hashing_a_mapping_survives_a_kernel_without_populate_read(tmp_path, monkeypatch):
     """The chunks of a mapped file are prefaulted with MADV_POPULATE_READ before hashing;
     a kernel that refuses the advice (EINVAL before Linux 5.14) only loses the speed-up."""
-    from accel_checkpoint import hashing
+    from accel_checkpoint import filebytes, hashing
 
     data = bytes(range(256)) * 300
     file = tmp_path / "blob"
     file.write_bytes(data)
     record = hashing.record_of(data, chunk_size=4096)
-    hashing.check_bytes(file, hashing.map_file(file), record)
-    monkeypatch.setattr(hashing, "_MADV_POPULATE_READ", 0x7FFF)  # refused by every kernel
-    hashing.check_bytes(file, hashing.map_file(file), record)
+    hashing.check_bytes(file, filebytes.map_file(file), record)
+    monkeypatch.setattr(filebytes, "_MADV_POPULATE_READ", 0x7FFF)  # refused by every kernel
+    hashing.check_bytes(file, filebytes.map_file(file), record)
     broken = bytearray(data)
     broken[5000] ^= 1
     file.write_bytes(bytes(broken))
     with pytest.raises(CorruptCheckpointError, match="chunk 1"):
-        hashing.check_bytes(file, hashing.map_file(file), record)
+        hashing.check_bytes(file, filebytes.map_file(file), record)
 
 
 def _mapped_files() -> str:

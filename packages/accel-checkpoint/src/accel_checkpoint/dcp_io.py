@@ -36,7 +36,8 @@ from torch.distributed.checkpoint.planner import ReadItem
 
 from accel_checkpoint.containment import inside
 from accel_checkpoint.errors import CorruptCheckpointError
-from accel_checkpoint.hashing import FileRecord, Verification, check_bytes, huge_page_buffer
+from accel_checkpoint.filebytes import huge_page_buffer
+from accel_checkpoint.hashing import FileRecord, Verification, check_bytes
 
 __all__ = ["DCP_METADATA_NAME", "read_dcp_metadata", "VerifiedReader", "SafeLoadPlanner",
            "SafeFullLoadPlanner"]

@@ -13,7 +13,6 @@ raw little-endian data) and load with any safetensors reader.
 from __future__ import annotations
 
 import json
-import mmap
 import os
 from concurrent.futures import Future
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import Any
 import torch
 
 from accel_checkpoint.errors import CorruptCheckpointError
+from accel_checkpoint.filebytes import FileMapping, hash_pool, map_file, read_file
 from accel_checkpoint.hashing import (
     HASH_CHUNK,
     FileRecord,
@@ -29,9 +29,6 @@ from accel_checkpoint.hashing import (
     chunk_digests,
     chunked_record,
     current_digest,
-    hash_pool,
-    map_file,
-    read_file,
     record_of,
 )
 
@@ -176,7 +173,7 @@ def read_safetensors(path: str | os.PathLike[str], expected: FileRecord | None =
     later frees its disk space."""
     path = Path(path)
     buffer = _read_verified(path, expected, hashed, verified, copy)
-    mapped = isinstance(buffer, mmap.mmap)
+    mapped = isinstance(buffer, FileMapping)
     try:
         if len(buffer) < 8:
             raise ValueError(f"only {len(buffer)} bytes")

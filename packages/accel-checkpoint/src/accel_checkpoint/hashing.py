@@ -22,12 +22,9 @@ the ``accel checkpoint`` verbs use this without torch.
 from __future__ import annotations
 
 import hashlib
-import mmap
 import os
-import sys
-import threading
 from collections.abc import Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -36,23 +33,25 @@ from typing import Any
 
 import xxhash
 
+from accel_checkpoint.durability import fsync_dir, fsync_file
+from accel_checkpoint.filebytes import (
+    hash_pool,
+    huge_page_buffer,
+    map_file,
+    prefault,
+    read_and_digest,
+    read_into,
+)
+
 __all__ = ["HASH_CHUNK", "DIGESTS", "check_digest", "digest_algorithm", "current_digest",
            "FileRecord",
-           "Verification", "hash_pool", "chunk_digests",
-           "chunked_record", "record_of", "map_file", "read_file", "empty_buffer",
-           "huge_page_buffer",
-           "check_bytes", "verified_reader", "hash_file",
-           "record_new_files", "BackgroundFlusher", "fsync_file", "fsync_dir"]
+           "Verification", "chunk_digests", "chunked_record", "record_of", "check_bytes", "verified_reader", "hash_file",
+           "record_new_files"]
 
 #: Bytes per hashed chunk (format 2): small enough to spread a file over every core.
 HASH_CHUNK = 16 * 2**20
 #: Bytes hashed by both digests in turn (fits a core's L1/L2 cache).
 _CACHE_PIECE = 64 * 2**10
-#: madvise(2) advice that maps a range's pages in one call (Linux >= 5.14; Python < 3.13
-#: lacks the name). Older kernels refuse it with EINVAL, which is ignored.
-_MADV_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22 if sys.platform == "linux" else None)
-_POOL: ThreadPoolExecutor | None = None
-_POOL_LOCK = threading.Lock()
 #: The digest algorithms new records can use; the first is the default.
 DIGESTS = ("xxh3-128", "sha256")
 _DIGEST: ContextVar[str] = ContextVar("accel_checkpoint_digest", default=DIGESTS[0])
@@ -149,16 +148,6 @@ class FileRecord:
         return cls(int(rec["size"]), str(rec["sha256"]), chunk_size, chunks, xxh3)
 
 
-def hash_pool() -> ThreadPoolExecutor:
-    """The process-wide threads that hash chunks (one per core)."""
-    global _POOL
-    with _POOL_LOCK:
-        if _POOL is None:
-            _POOL = ThreadPoolExecutor(max_workers=max(1, min(32, os.cpu_count() or 1)),
-                                       thread_name_prefix="accel-checkpoint-hash")
-        return _POOL
-
-
 def chunk_digests(pieces: Sequence[Any], sha256: bool = False) -> tuple[bytes, bytes]:
     """``(sha256 or b"", xxh3-128)`` of the concatenation of ``pieces`` (buffers), not joined.
 
@@ -217,81 +206,9 @@ def record_of(data: Any, chunk_size: int = HASH_CHUNK) -> FileRecord:
     return chunked_record(len(view), chunk_size, digests, sha)
 
 
-def map_file(path: str | os.PathLike[str]) -> Any:
-    """A private copy-on-write mapping of the file (no read copy; ``b""`` when empty)."""
-    with open(path, "rb") as handle:
-        size = os.fstat(handle.fileno()).st_size
-        if size == 0:
-            return b""
-        return mmap.mmap(handle.fileno(), size, access=mmap.ACCESS_COPY)
-
-
-def empty_buffer(size: int) -> Any:
-    """``size`` writable bytes of fresh process memory, not zero-filled (a numpy view of a
-    torch allocation: pages are touched only when written)."""
-    import torch  # only the readers that load tensors come here
-
-    return torch.empty(size, dtype=torch.uint8).numpy()
-
-
-def huge_page_buffer(size: int) -> Any:
-    """``size`` writable bytes of fresh anonymous memory, in transparent huge pages where
-    the kernel offers them: filling it takes ~4x less time here than 4 KiB pages (their
-    page faults, not the copy, are most of reading a file into fresh memory). Freed when
-    the last reference goes. For bytes held only while they are read (DCP's shards)."""
-    if size == 0:
-        return bytearray()
-    data = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    advice = getattr(mmap, "MADV_HUGEPAGE", None)
-    if advice is not None:
-        try:
-            data.madvise(advice)
-        except OSError:  # no transparent huge pages here: 4 KiB pages
-            pass
-    return data
-
-
-def read_file(path: str | os.PathLike[str], allocate: Any = None) -> Any:
-    """The file's bytes copied into process memory (``allocate(size)``, default
-    :func:`empty_buffer`), read in parallel on the hash pool: unlike :func:`map_file`,
-    nothing keeps the file open or mapped afterwards, so tensors kept from it pin no disk
-    space once it is deleted."""
-    with open(path, "rb") as handle:
-        size = os.fstat(handle.fileno()).st_size
-        data = (allocate or empty_buffer)(size)
-        view = memoryview(data).cast("B")
-        for done in hash_pool().map(lambda s: _read_range(handle.fileno(), view, s),
-                                    range(0, size, HASH_CHUNK)):
-            if not done:
-                raise OSError(f"{path} changed size while it was read")
-    return data
-
-
-def _read_range(fd: int, view: memoryview, start: int) -> bool:
-    """Fill ``view[start:start + HASH_CHUNK]`` from the file ``fd``; False if it ends early."""
-    part = view[start:start + HASH_CHUNK]
-    while len(part):
-        got = os.preadv(fd, [part], start)
-        if got == 0:
-            return False
-        part, start = part[got:], start + got
-    return True
-
-
-def _prefault(data: Any, start: int, length: int) -> None:
-    """Map the pages of ``data[start:start + length]`` in one call when ``data`` is a file
-    mapping: hashing it then takes no page fault per 4 KiB (~20% faster here), and whoever
-    reads the same mapping afterwards (tensors viewing it) finds the pages mapped."""
-    if _MADV_POPULATE_READ is not None and isinstance(data, mmap.mmap):
-        try:
-            data.madvise(_MADV_POPULATE_READ, start, length)
-        except (OSError, ValueError):  # an older kernel: the hash faults the pages in
-            pass
-
-
 def _digest_range(data: Any, start: int, length: int, algorithm: str) -> bytes:
     """``algorithm`` (``"xxh3"`` or ``"sha256"``) of ``data[start:start + length]``."""
-    _prefault(data, start, length)
+    prefault(data, start, length)
     piece = memoryview(data).cast("B")[start:start + length]
     return _xxh3(piece) if algorithm == "xxh3" else _sha256([piece])
 
@@ -312,6 +229,25 @@ def _submit_chunks(data: Any, record: FileRecord, fast: bool) -> list[Future[byt
     algorithm = "xxh3" if _uses_xxh3(record, fast) else "sha256"
     return [hash_pool().submit(_digest_range, data, s, size, algorithm)
             for s in range(0, total, size)]
+
+
+def _submit_reads(path: Path, data: Any, record: FileRecord, fast: bool) -> list[Future[bytes]]:
+    """Read the file ``path`` into ``data`` and hash it the way ``record`` was made: with
+    xxh3-128 chunk digests each chunk is one task that digests what it has just read (one
+    pass over memory); otherwise the file is read first, then hashed."""
+    if not (record.chunk_size and _uses_xxh3(record, fast)):
+        read_into(path, data)
+        return _submit_chunks(data, record, fast)
+    size = record.chunk_size
+    return [hash_pool().submit(_read_chunk, path, data, s, size)
+            for s in range(0, len(data), size)]
+
+
+def _read_chunk(path: Path, data: Any, start: int, size: int) -> bytes:
+    try:
+        return read_and_digest(path, data, start, size)
+    except OSError as exc:  # it shrank, or vanished, after its size was checked
+        raise _corrupt(path, f"could not be read whole ({exc})") from None
 
 
 def _check_chunks(path: object, futures: list[Future[bytes]], record: FileRecord,
@@ -382,9 +318,10 @@ class Verification:
     their pages already mapped) and :meth:`release` drops those not taken; otherwise a
     mapping lives only until its chunks are hashed (an open mapping pins the file's disk
     space after rotation deletes it). Files named in ``read`` (with ``keep``) are read
-    into process memory instead (:func:`read_file`), for readers that keep the tensors
-    (an optimizer): what they keep then pins no file (``allocate``: where, as for
-    :func:`read_file`). ``fast``: xxh3-128 where the records have it
+    into process memory instead (``allocate(size)``, default huge pages), each chunk
+    hashed as it is read (:func:`~accel_checkpoint.filebytes.read_and_digest`), for
+    readers that keep the tensors (an optimizer): what they keep then pins no file, and
+    the bytes checked are the bytes they hold. ``fast``: xxh3-128 where the records have it
     (loading); otherwise a sha256 record is checked with sha256 (``accel checkpoint
     verify``) and an xxh3-128 one with xxh3-128.
     """
@@ -400,8 +337,9 @@ class Verification:
         self._fast = fast
         for name in sorted(files):
             record, file = files[name], self.path / name
+            reading = keep and name in read
             try:
-                data = (read_file(file, allocate) if keep and name in read
+                data = ((allocate or huge_page_buffer)(os.stat(file).st_size) if reading
                         else map_file(file))
             except FileNotFoundError:
                 self._error = _corrupt(file, "listed in the manifest but missing")
@@ -412,7 +350,9 @@ class Verification:
                 break
             if keep:
                 self._mappings[name] = data
-            self._jobs.append((file, record, _submit_chunks(data, record, fast)))
+            futures = (_submit_reads(file, data, record, fast) if reading
+                       else _submit_chunks(data, record, fast))
+            self._jobs.append((file, record, futures))
 
     def done(self) -> bool:
         """Whether every chunk has been hashed (``wait`` then returns at once)."""
@@ -471,47 +411,3 @@ def record_new_files(directory: str | os.PathLike[str], known: Any) -> dict[str,
         if here != root:
             fsync_dir(here)
     return found
-
-
-class BackgroundFlusher:
-    """Runs flushes (an fsync, an fsync then a rename) one at a time on a second thread
-    while the caller writes the next file, so a disk flushes one file while the next fills
-    the page cache. Leaving the ``with`` block waits for every flush, then re-raises the
-    first that failed (unless the block itself raised: that error goes on)."""
-
-    def __enter__(self) -> BackgroundFlusher:
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="accel-fsync")
-        self._flushes: list[Future[Any]] = []
-        return self
-
-    def submit(self, flush: Any, *args: Any) -> None:
-        self._flushes.append(self._pool.submit(flush, *args))
-
-    def __exit__(self, exc_type: Any, *exc_info: Any) -> None:
-        self._pool.shutdown(wait=True)
-        if exc_type is None:
-            for flush in self._flushes:
-                flush.result()
-
-
-def fsync_file(path: str | os.PathLike[str]) -> None:
-    """fsync a file someone else wrote (a save hook, a strategy's writer) by its path."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def fsync_dir(path: str | os.PathLike[str]) -> None:
-    """fsync a directory so the names it holds (new files, a rename) are durable."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # platforms without directory fds (Windows): nothing to do
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

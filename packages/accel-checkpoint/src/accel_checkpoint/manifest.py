@@ -40,8 +40,14 @@ from accel_checkpoint.constants import (
     TRASH_INFIX,
 )
 from accel_checkpoint.containment import check_names, inside
+from accel_checkpoint.durability import fsync_dir
+from accel_checkpoint.hashing import (
+    HASH_CHUNK,
+    FileRecord,
+    Verification,
+    hash_file,
+)
 from accel_checkpoint.recognise import accel_files, is_save_leftover
-from accel_checkpoint.hashing import HASH_CHUNK, FileRecord, Verification, fsync_dir, hash_file
 
 __all__ = ["FileRecord", "Manifest", "CheckpointInfo", "hash_file", "fsync_dir",
            "library_versions", "read_manifest", "verify_checkpoint", "list_checkpoints",

@@ -41,13 +41,12 @@ from accel_state.random import restore_rng_state
 from accel_checkpoint.applying import apply_states, refuse_misfits
 from accel_checkpoint.constants import MANIFEST_NAME
 from accel_checkpoint.coordination import Peers, SaveRound
+from accel_checkpoint.durability import fsync_dir, fsync_file
 from accel_checkpoint.errors import CheckpointError, CheckpointWriteError, CorruptCheckpointError
 from accel_checkpoint.fileio import read_json, write_json
 from accel_checkpoint.hashing import (
     FileRecord,
     Verification,
-    fsync_dir,
-    fsync_file,
     hash_file,
     record_new_files,
     verified_reader,

@@ -29,17 +29,12 @@ from accel_state import env
 from accel_state.random import capture_rng_state
 
 from accel_checkpoint.constants import MANIFEST_NAME, OLD_INFIX
-from accel_checkpoint.leftovers import claim, release
 from accel_checkpoint.coordination import Peers, SaveRound
+from accel_checkpoint.durability import BackgroundFlusher, fsync_dir, fsync_file
 from accel_checkpoint.errors import CheckpointError
 from accel_checkpoint.fileio import write_json, write_safetensors
-from accel_checkpoint.hashing import (
-    BackgroundFlusher,
-    FileRecord,
-    fsync_dir,
-    fsync_file,
-    record_new_files,
-)
+from accel_checkpoint.hashing import FileRecord, record_new_files
+from accel_checkpoint.leftovers import claim, release
 from accel_checkpoint.manifest import Manifest, library_versions
 from accel_checkpoint.targets import check_save_target
 from accel_checkpoint.tree import flatten_state

@@ -31,9 +31,10 @@ from accel_checkpoint.constants import (
     WEIGHTS_PATTERN_NAME,
 )
 from accel_checkpoint.containment import inside
+from accel_checkpoint.durability import BackgroundFlusher, fsync_dir, fsync_file
 from accel_checkpoint.errors import CheckpointError
 from accel_checkpoint.fileio import write_safetensors
-from accel_checkpoint.hashing import BackgroundFlusher, fsync_dir, fsync_file
+
 
 __all__ = ["save_model_weights", "load_model_weights", "checkpoint_files",
            "clean_state_dict_for_safetensors", "id_tensor_storage", "convert_file_size_to_int",
