@@ -25,6 +25,7 @@ _EXPORTS = {
     "FullyShardedDataParallelPlugin": "accel_parallel",
     "DeepSpeedPlugin": "accel_parallel",
     "ParallelismConfig": "accel_parallel",
+    "PipelineParallelConfig": "accel_parallel.pipeline",
     "AutocastKwargs": "accel_precision",
     "GradScalerKwargs": "accel_precision",
     "ProfileKwargs": "accel._profiling",
@@ -59,6 +60,7 @@ if TYPE_CHECKING:
         FullyShardedDataParallelPlugin,
         ParallelismConfig,
     )
+    from accel_parallel.pipeline import PipelineParallelConfig
     from accel_checkpoint.project import ProjectConfiguration
     from accel_inference.big_modeling import (
         cpu_offload,

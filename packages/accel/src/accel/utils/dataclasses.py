@@ -21,6 +21,7 @@ from accel_parallel import (
     TorchTensorParallelPlugin,
 )
 from accel_parallel.fsdp.compat import get_module_class_from_name
+from accel_parallel.pipeline import PipelineParallelConfig
 from accel_precision.compat import MSAMPRecipeKwargs
 from accel_precision.kwargs import (
     AORecipeKwargs,
@@ -70,6 +71,7 @@ __all__ = ["get_module_class_from_name", "AORecipeKwargs", "AutocastKwargs", "Ba
            "DynamoBackend", "EnumWithContains", "FP8BackendType", "FP8RecipeKwargs",
            "DeepSpeedPlugin", "DeepSpeedSequenceParallelConfig", "CustomDtype",
            "MSAMPRecipeKwargs", "FullyShardedDataParallelPlugin", "ParallelismConfig",
+           "PipelineParallelConfig",
            "TorchContextParallelConfig", "TorchTensorParallelConfig", "TorchTensorParallelPlugin",
            "GradScalerKwargs", "GradientAccumulationPlugin", "InitProcessGroupKwargs",
            "KwargsHandler", "LoggerType", "PrecisionType", "ProfileKwargs",
