@@ -177,6 +177,18 @@ def test_slice_batch_keeps_structure():
     assert part["pair"][0].tolist() == [1, 2] and part["pair"][1][0].shape == (2,)
 
 
+def test_slice_batch_keeps_a_namedtuple_of_plain_fields_whole():
+    """A namedtuple is a record: its plain fields are not rows to slice (it used to come
+    back as a plain tuple of some of its fields)."""
+    from collections import namedtuple
+
+    Meta = namedtuple("Meta", ["lr", "tag", "epoch"])
+    Batch = namedtuple("Batch", ["x", "meta"])
+    part = slice_batch(Batch(torch.arange(4), Meta(0.1, "a", 3)), 1, 3)
+    assert type(part) is Batch and part.x.tolist() == [1, 2]
+    assert part.meta == Meta(0.1, "a", 3) and type(part.meta) is Meta
+
+
 def test_gather_for_metrics_single_process():
     data = {"a": torch.arange(3), "b": [torch.ones(3, 2)]}
     out = gather_for_metrics(data)

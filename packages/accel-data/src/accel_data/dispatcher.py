@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 from accel_state.groups import source_rank
 from accel_state.operations import broadcast_object_list, ignorant_find_batch_size
-from accel_state.structures import honor_type, recursively_apply, send_to_device
+from accel_state.structures import honor_type, is_namedtuple, recursively_apply, send_to_device
 from torch.utils.data import IterableDataset
 
 from accel_data.groups import resolve_world
@@ -70,13 +70,14 @@ def _is_leaf(value: Any) -> bool:
 
 def slice_batch(batch: Any, start: int, stop: int) -> Any:
     """Rows ``start:stop`` of a collated batch: tensors along dim 0, lists of plain objects
-    (e.g. strings) as lists; dicts, tuples and namedtuples keep their type."""
+    (e.g. strings) as lists; dicts, tuples and namedtuples keep their type (a namedtuple is
+    a record, never rows: its plain fields stay as they are)."""
     if isinstance(batch, torch.Tensor):
         return batch[start:stop]
     if isinstance(batch, Mapping):
         return type(batch)({k: slice_batch(v, start, stop) for k, v in batch.items()})
     if isinstance(batch, (list, tuple)):
-        if batch and all(_is_leaf(item) for item in batch):
+        if batch and not is_namedtuple(batch) and all(_is_leaf(item) for item in batch):
             return batch[start:stop]
         return honor_type(batch, (slice_batch(item, start, stop) for item in batch))
     return batch
