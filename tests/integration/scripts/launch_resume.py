@@ -5,7 +5,9 @@ every 3 steps (automatic naming), and calls ``load_state()`` at start when one e
 so a restarted worker group continues from the newest verified checkpoint.
 
 ``--crash``: rank 1 dies at step 7 on the first attempt only (TORCHELASTIC_RESTART_COUNT
-0): the restarted group resumes from step 6's checkpoint. ``--sigterm``:
+0): the restarted group resumes from step 6's checkpoint. ``--reference DIR``: the first
+attempt first trains the same 10 steps uninterrupted into DIR (its own Accelerator and
+checkpoints), the run the resumed one must equal: no launch of its own. ``--sigterm``:
 ``handle_preemption()``; rank 0 writes ``ready`` after step 3 and the loop slows down
 until the test's SIGTERM to the launcher is seen, then ``save_state_if_preempted()``
 writes the last checkpoint and the run stops.
@@ -53,12 +55,18 @@ def main() -> None:
     parser.add_argument("out")
     parser.add_argument("--crash", action="store_true")
     parser.add_argument("--sigterm", action="store_true")
+    parser.add_argument("--reference", type=Path, default=None)
     opts = parser.parse_args()
-    out = Path(opts.out)
+    attempt = env.TORCHELASTIC_RESTART_COUNT.get_int(0)
+    if opts.reference is not None and attempt == 0:
+        train(opts.reference, argparse.Namespace(crash=False, sigterm=False), attempt)
+    train(Path(opts.out), opts, attempt)
+
+
+def train(out: Path, opts: argparse.Namespace, attempt: int) -> None:
     config = ProjectConfiguration(project_dir=str(out), automatic_checkpoint_naming=True)
     accelerator = Accelerator(cpu=True, project_config=config)
     rank = accelerator.process_index
-    attempt = env.TORCHELASTIC_RESTART_COUNT.get_int(0)
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(6, 16), nn.Dropout(0.2), nn.ReLU(), nn.Linear(16, 1))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
