@@ -3,7 +3,8 @@
 With N processes, per-process batch B and A accumulated batches per step, data-parallel
 training must give the same parameters as 1 process with batch N*B*A: the test runs both
 and compares (the accumulating run also exercises DDP's no_sync, and with
-``--dynamo-backend`` a compiled DDP model).
+``--dynamo-backend`` a compiled DDP model). ddp_extras.py runs it at the end of its launch
+(``main(argv)``): the 2-process run has no launch of its own.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from accel import Accelerator
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("output")
     parser.add_argument("--batch-size", type=int, required=True)
@@ -25,7 +26,7 @@ def main() -> None:
     parser.add_argument("--accumulation-steps", type=int, default=1)
     parser.add_argument("--dynamo-backend", default=None,
                         help="compile the prepared model (torch.compile of the DDP wrapper)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     torch.manual_seed(0)
     x = torch.randn(96, 6)

@@ -1,6 +1,7 @@
 """DDP's extras in 2 processes: LocalSGD, join_uneven_inputs, and gradient compression hooks.
 
-Prints one "ok <check>" line per passed check (the test counts them).
+Prints one "ok <check>" line per passed check (the test counts them). Arguments, if any,
+are ddp_equivalence.py's: that run follows in the same processes (one launch for both).
 """
 
 from __future__ import annotations
@@ -111,6 +112,11 @@ def main() -> None:
     check_local_sgd(accelerator)
     check_join_uneven_inputs(accelerator)
     check_comm_hooks()
+    if len(sys.argv) > 1:  # last: its Accelerator compiles (dynamo) and accumulates
+        import ddp_equivalence  # this folder: the script's own, first on sys.path
+
+        ddp_equivalence.main(sys.argv[1:])
+        _ok("ddp_equivalence saved")
 
 
 if __name__ == "__main__":
