@@ -11,7 +11,9 @@ gpipe``, ``1f1b`` or ``interleaved_1f1b``) on micro-batches of the batch — for
 backward, since 1F1B interleaves them — so it takes the labels (``target=``) and computes
 the loss with ``loss_fn`` on the last stage. It returns the batch's mean loss on every rank;
 ``accelerator.backward(loss)`` then only checks that loss (its gradients are there), and
-``optimizer.step()`` updates each rank's own stage. At the end the main process gathers the
+``optimizer.step()`` updates each rank's own stage. Evaluation is the usual loop:
+``model.eval()`` and ``torch.no_grad()`` make the call forward only, returning the last
+stage's output (here the logits) on every rank. At the end the main process gathers the
 whole model's weights, under their usual names. With 4 processes, ``--dp_shard 2`` adds
 FSDP2 over the other dimension.
 """
@@ -22,8 +24,7 @@ import argparse
 
 import torch
 import torch.nn.functional as F
-from accel import Accelerator, ParallelismConfig
-from accel_parallel.pipeline import PipelineParallelConfig
+from accel import Accelerator, ParallelismConfig, PipelineParallelConfig
 from torch import nn
 from torch.utils.data import DataLoader
 
@@ -100,6 +101,15 @@ def main() -> None:
             optimizer.zero_grad()
             total, batches = total + accelerator.reduce(loss, "mean").item(), batches + 1
         accelerator.print(f"epoch {epoch} loss {total / batches:.4f}")
+    model.eval()
+    correct = seen = 0
+    with torch.no_grad():  # forward only: the logits on every rank
+        for input_ids, labels in loader:
+            logits, labels = accelerator.gather_for_metrics((model(input_ids), labels))
+            correct += (logits.argmax(-1) == labels).sum().item()
+            seen += labels.numel()
+    model.train()
+    print(f"rank {accelerator.process_index} next-token accuracy {correct / seen:.3f}")
     print(f"rank {accelerator.process_index} holds blocks {', '.join(mine)}")
     weights = accelerator.get_state_dict(model)  # every rank calls it; the main one gets it
     if accelerator.is_main_process:
