@@ -115,6 +115,8 @@ def check_eval(name: str, accelerator, model, batch, want_loss: float, rank: int
         finally:
             pipeline_model.schedules_have_eval = have
         torch.testing.assert_close(again, reference_model(ids[4:]), **EVAL_TOL)
+        with torch.inference_mode():  # the schedule built under no_grad serves it too
+            torch.testing.assert_close(model(ids), want, **EVAL_TOL)
     model.train()
     with torch.no_grad():  # gradients disabled in train() mode: forward only too
         torch.testing.assert_close(model(ids), want, **EVAL_TOL)
