@@ -1,7 +1,8 @@
 """Every script in examples/ runs, as its docstring says, and shows what it claims.
 
 Distributed workflows start 2 CPU processes through `accel launch` (the commands in the
-examples' docstrings); single-process ones run with plain `python`. quickstart.py and
+examples' docstrings); single-process ones run as `python` runs them (``__main__``), in the
+test's own process (an interpreter that imports torch less). quickstart.py and
 fsdp.py are run by test_multiprocess.py and test_fsdp.py. One launch per example, except
 checkpointing (an uninterrupted run, then a resume in new processes) and multi_node (two
 launchers, one per "machine", at the same time).
@@ -32,11 +33,6 @@ def _env(**extra: str) -> dict[str, str]:
     return env
 
 
-def _python(script: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(EXAMPLES / script), *args], cwd=REPO, env=_env(),
-                          capture_output=True, text=True, timeout=180)
-
-
 def _launch(script: str, *args: str, env: dict[str, str] | None = None
             ) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "accel_launch", "launch", "--cpu",
@@ -58,11 +54,11 @@ def test_every_example_says_how_to_run_it() -> None:
         assert f"examples/{script.name}" in doc, f"{script.name}: its docstring has no command"
 
 
-def test_mixed_precision_example_computes_in_bf16_and_keeps_fp32_weights() -> None:
-    proc = _python("mixed_precision.py")
-    assert proc.returncode == 0, _explain(proc)
-    out = proc.stdout
-    assert "mixed precision: bf16" in out, _explain(proc)
+def test_mixed_precision_example_computes_in_bf16_and_keeps_fp32_weights(run_here,
+                                                                        capsys) -> None:
+    run_here(EXAMPLES / "mixed_precision.py")
+    out = capsys.readouterr().out
+    assert "mixed precision: bf16" in out, out
     assert "dtype inside the forward: torch.bfloat16" in out
     assert "dtype of the output: torch.float32" in out
     assert "dtype of the weights: torch.float32" in out
@@ -184,9 +180,9 @@ def test_deepspeed_example_trains_saves_and_reloads() -> None:
     assert "saved and reloaded" in proc.stdout
 
 
-def test_big_model_inference_example_offloads_and_matches() -> None:
-    proc = _python("big_model_inference.py")
-    assert proc.returncode == 0, _explain(proc)
-    assert "outputs equal to the plain model: True" in proc.stdout, _explain(proc)
-    device_map = proc.stdout.split("device map:", 1)[1].splitlines()[0]
-    assert "'disk'" in device_map, proc.stdout  # a quarter of the model's size: most is offloaded
+def test_big_model_inference_example_offloads_and_matches(run_here, capsys) -> None:
+    run_here(EXAMPLES / "big_model_inference.py")
+    out = capsys.readouterr().out
+    assert "outputs equal to the plain model: True" in out, out
+    device_map = out.split("device map:", 1)[1].splitlines()[0]
+    assert "'disk'" in device_map, out  # a quarter of the model's size: most is offloaded
