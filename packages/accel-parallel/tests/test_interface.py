@@ -79,7 +79,9 @@ def test_two_accepting_strategies_of_one_priority_are_refused_naming_both(state)
 
 
 def test_the_projects_strategies_have_distinct_priorities():
-    found = STRATEGIES.load_all()
+    from accel_parallel import strategy_classes
+
+    found = strategy_classes()  # (presets have no priority: they are built only when named)
     priorities = [cls.priority for cls in found.values()]
     assert len(set(priorities)) == len(priorities), {n: c.priority for n, c in found.items()}
 
@@ -228,3 +230,26 @@ def test_backward_hands_the_boundary_to_the_strategy(state):
     strategy.backward(torch.ones(()), accumulation_steps=4)  # a direct call: a boundary
     assert seen == [False, True]
     assert not strategy.should_step(micro) and strategy.should_step(BOUNDARY)
+
+
+def test_run_type_questions_the_facade_asks(state):
+    """``runs_distributed`` (not ``NO``), ``multi_device`` (plain data parallelism over
+    accelerators) and ``replicates_parameters`` (whole parameters, LocalSGD) answered from
+    the strategy's run type, so the facade compares no ``DistributedType``."""
+    from accel_parallel import SingleDeviceStrategy
+
+    class Typed(SingleDeviceStrategy):
+        kind = DistributedType.NO
+
+        @property
+        def distributed_type(self):
+            return self.kind
+
+    strategy = Typed(state)
+    assert (strategy.runs_distributed, strategy.multi_device,
+            strategy.replicates_parameters) == (False, False, True)
+    for kind, replicated in [(DistributedType.FSDP, False), (DistributedType.DEEPSPEED, False),
+                             (DistributedType.MULTI_CPU, True), (DistributedType.MULTI_GPU, True)]:
+        strategy.kind = kind
+        assert strategy.runs_distributed and strategy.replicates_parameters is replicated
+        assert strategy.multi_device is False  # one process: not distributed over devices

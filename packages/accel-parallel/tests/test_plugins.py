@@ -42,3 +42,25 @@ def test_fsdp_with_deepspeed_is_refused_before_anything_is_set(monkeypatch):
     monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
     with pytest.raises(ConfigurationError, match="ACCELERATE_USE_FSDP=true and a DeepSpeed"):
         resolve_plugins(deepspeed_plugin=plugin)
+
+
+def test_the_run_type_before_a_strategy_follows_the_one_table(monkeypatch):
+    """``AcceleratorState()`` built before an Accelerator asks this rule: a plugin given, or
+    its ``ACCELERATE_USE_*`` variable; DeepSpeed over FSDP; else the process state's."""
+    from accel_parallel.plugins import LAUNCH_KINDS, enabled, requested_distributed_type
+    from accel_state import DistributedType
+
+    for name in ("ACCELERATE_USE_FSDP", "ACCELERATE_USE_DEEPSPEED",
+                 "ACCEL_USE_FSDP", "ACCEL_USE_DEEPSPEED"):
+        monkeypatch.delenv(name, raising=False)
+    no = DistributedType.NO
+    assert requested_distributed_type(no) is no
+    assert requested_distributed_type(no, fsdp=object()) is DistributedType.FSDP
+    assert requested_distributed_type(no, fsdp=object(), deepspeed=object()) \
+        is DistributedType.DEEPSPEED
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
+    assert enabled("fsdp", None) and not enabled("deepspeed", None)
+    assert requested_distributed_type(DistributedType.MULTI_CPU) is DistributedType.FSDP
+    monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "1")
+    assert requested_distributed_type(no) is DistributedType.DEEPSPEED
+    assert LAUNCH_KINDS["parallelism_config"][1] is None  # the strategy decides that one

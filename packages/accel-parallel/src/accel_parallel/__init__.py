@@ -33,7 +33,14 @@ from accel_parallel.mesh.sequence_parallel import DeepSpeedSequenceParallelConfi
 from accel_parallel.mesh.strategy import ParallelismStrategy
 from accel_parallel.mesh.ulysses_data import sequence_parallel_mean
 from accel_parallel.rebind import parameter_moves, rebind_optimizer
-from accel_parallel.selection import StrategyConfig, select_strategy, strategy_handler_kinds
+from accel_parallel.selection import (
+    StrategyConfig,
+    resolve_name,
+    select_strategy,
+    strategy_classes,
+    strategy_handler_kinds,
+    strategy_presets,
+)
 from accel_parallel.single import SingleDeviceStrategy
 from accel_parallel.strategy import (
     BOUNDARY,
@@ -43,6 +50,7 @@ from accel_parallel.strategy import (
     Strategy,
     SupportsNoSync,
 )
+from accel_parallel.strategy_options import StrategyPreset
 from accel_parallel.unwrap import extract_model_from_parallel, is_sharded_model
 
 __version__ = "0.3.5"
@@ -57,7 +65,8 @@ __all__ = [
     "extract_model_from_parallel", "is_sharded_model", "parameter_moves", "rebind_optimizer",
     "select_strategy", "strategy_handler_kinds", "DeepSpeedPlugin", "DeepSpeedStrategy", "DummyOptim", "DummyScheduler",
     "HfDeepSpeedConfig", "DeepSpeedSequenceParallelConfig", "NO_CONTEXT", "BOUNDARY",
-    "sequence_parallel_mean",
+    "sequence_parallel_mean", "StrategyPreset", "resolve_name",
+    "strategy_classes", "strategy_presets",
 ]
 
 # DeepSpeed's names load on first use (PEP 562): `import accel` does not pay for them

@@ -7,8 +7,10 @@ strategies that read them, so the facade forwards its arguments and knows no bac
 ``StrategyConfig.plugins`` mapping the strategies ``accepts``: ``"fsdp"``, ``"deepspeed"``
 (name -> ``DeepSpeedPlugin``), ``"parallelism_config"``, ``"tp"``, ``"dynamo"`` (and
 ``"strategy"``: a strategy instance the user built, used as it is). Which kinds
-cannot run together is declared once, in :data:`EXCLUSIVE` (:func:`conflicts`). DeepSpeed's module is imported
-only when DeepSpeed is asked for.
+cannot run together is declared once, in :data:`EXCLUSIVE` (:func:`conflicts`); which
+variable turns a kind on and which run type it makes, in :data:`LAUNCH_KINDS` (read by the
+resolution and by :func:`requested_distributed_type`, the facade's ``AcceleratorState``
+before any strategy exists). DeepSpeed's module is imported only when DeepSpeed is asked for.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from accel_state import ConfigurationError, env
+from accel_state import ConfigurationError, DistributedType, env
 
 from accel_parallel.compile import DynamoBackend, TorchDynamoPlugin
 from accel_parallel.strategy import Strategy
@@ -25,7 +27,8 @@ from accel_parallel.strategy import Strategy
 if TYPE_CHECKING:
     from accel_parallel.deepspeed.plugin import DeepSpeedPlugin
 
-__all__ = ["EXCLUSIVE", "ResolvedPlugins", "conflicts", "resolve_plugins", "resolve_dynamo"]
+__all__ = ["EXCLUSIVE", "LAUNCH_KINDS", "ResolvedPlugins", "conflicts", "enabled",
+           "requested_distributed_type", "resolve_plugins", "resolve_dynamo"]
 
 #: Plugin kind -> the kinds that cannot run with it: DeepSpeed shards the model its own way.
 #: The one declaration: the facade's resolution, the DeepSpeed strategy and the mesh
@@ -33,6 +36,33 @@ __all__ = ["EXCLUSIVE", "ResolvedPlugins", "conflicts", "resolve_plugins", "reso
 EXCLUSIVE: Mapping[str, frozenset[str]] = {
     "deepspeed": frozenset({"fsdp", "parallelism_config", "tp"}),
 }
+
+
+#: Plugin kind -> (the ``ACCELERATE_USE_*`` variable `accel launch` sets to turn it on, the run
+#: type it makes, or None when the strategy decides): in order of strength, the last given
+#: wins the run type (DeepSpeed over FSDP, as Accelerate has it).
+LAUNCH_KINDS: Mapping[str, tuple[env.EnvVar, DistributedType | None]] = {
+    "parallelism_config": (env.USE_PARALLELISM_CONFIG, None),
+    "fsdp": (env.USE_FSDP, DistributedType.FSDP),
+    "deepspeed": (env.USE_DEEPSPEED, DistributedType.DEEPSPEED),
+}
+
+
+def enabled(kind: str, given: Any) -> bool:
+    """Whether plugin ``kind`` is on: given in code, or its launcher variable is true."""
+    return given is not None or LAUNCH_KINDS[kind][0].get_bool(False)
+
+
+def requested_distributed_type(default: DistributedType, **given: Any) -> DistributedType:
+    """The run type plugins ask for before a strategy is built (``AcceleratorState(...)``
+    made before an ``Accelerator``): each kind of :data:`LAUNCH_KINDS` given by keyword
+    (``fsdp=``, ``deepspeed=``) or turned on by its variable, the strongest winning; else
+    ``default`` (the process state's type)."""
+    found = default
+    for kind, (_, run_type) in LAUNCH_KINDS.items():
+        if run_type is not None and enabled(kind, given.get(kind)):
+            found = run_type
+    return found
 
 
 def conflicts(kind: str, plugins: Mapping[str, Any]) -> list[str]:
@@ -84,7 +114,7 @@ def resolve_plugins(*, fsdp_plugin: Any = None, deepspeed_plugin: Any = None,
     if deepspeed is not None:
         resolved.accumulation_steps = _agree_on_accumulation(deepspeed, accumulation_steps)
         plugins["deepspeed"] = deepspeed
-    fsdp_from_env = fsdp_plugin is None and env.USE_FSDP.get_bool()
+    fsdp_from_env = fsdp_plugin is None and enabled("fsdp", None)
     fsdp_given = fsdp_plugin is not None or fsdp_from_env
     if deepspeed is not None and conflicts("deepspeed", {"fsdp": True if fsdp_given else None}):
         source = "fsdp_plugin=" if fsdp_plugin is not None else "{}={}".format(*env.USE_FSDP.raw())
@@ -139,7 +169,7 @@ def resolve_deepspeed(deepspeed_plugin: Any, deepspeed_plugins: Any
         raise ConfigurationError("Accelerator got both deepspeed_plugin= and deepspeed_plugins=: "
                                  "give several named plugins as deepspeed_plugins only.")
     given = deepspeed_plugins if deepspeed_plugins is not None else deepspeed_plugin
-    if given is None and not env.USE_DEEPSPEED.get_bool():
+    if not enabled("deepspeed", given):
         return None
     from accel_parallel.deepspeed.plugin import DeepSpeedPlugin  # only when DeepSpeed is asked for
 
@@ -186,7 +216,7 @@ def _parallelism_plugins(parallelism_config: Any, torch_tp_plugin: Any) -> dict[
     from accel_parallel.mesh.parallelism_config import ParallelismConfig, TorchTensorParallelPlugin
 
     plugins: dict[str, Any] = {}
-    if parallelism_config is None and env.USE_PARALLELISM_CONFIG.get_bool():
+    if parallelism_config is None and enabled("parallelism_config", None):
         parallelism_config = ParallelismConfig()
     if parallelism_config is not None:
         if not isinstance(parallelism_config, ParallelismConfig):

@@ -4,7 +4,10 @@ Every strategy registered in :data:`~accel_parallel.STRATEGIES` (entry-point gro
 ``accel.strategies``) says from which configuration it builds itself
 (:meth:`Strategy.accepts`); they are asked in order of :attr:`Strategy.priority`, so a new
 backend adds a registry entry, not a branch. A strategy named explicitly (``ACCEL_STRATEGY``
-or ``StrategyConfig.requested``) is built without asking.
+or ``StrategyConfig.requested``; a config file's ``strategy:`` through the launcher) is built
+without asking, with the options given by data (``ACCEL_STRATEGY_CONFIG``,
+``StrategyConfig.options``) applied by its :meth:`Strategy.configure`. A name may be a
+:class:`~accel_parallel.strategy_options.StrategyPreset`: a strategy plus fixed options.
 """
 
 from __future__ import annotations
@@ -12,8 +15,15 @@ from __future__ import annotations
 from accel_state import ConfigurationError, env
 
 from accel_parallel.strategy import STRATEGIES, Strategy, StrategyConfig
+from accel_parallel.strategy_options import (
+    ENV_SOURCE,
+    StrategyPreset,
+    env_options,
+    merge_preset_options,
+)
 
-__all__ = ["StrategyConfig", "select_strategy", "strategy_handler_kinds"]
+__all__ = ["StrategyConfig", "resolve_name", "select_strategy",
+           "strategy_classes", "strategy_handler_kinds", "strategy_presets"]
 
 
 def strategy_handler_kinds() -> dict[type, str]:
@@ -32,9 +42,36 @@ def strategy_handler_kinds() -> dict[type, str]:
     return kinds
 
 
+def strategy_classes() -> dict[str, type[Strategy]]:
+    """Every registered strategy class by name: :data:`STRATEGIES` without its presets."""
+    return {name: obj for name, obj in STRATEGIES.load_all().items()
+            if isinstance(obj, type) and issubclass(obj, Strategy)}
+
+
 def _candidates() -> list[tuple[str, type[Strategy]]]:
-    found = STRATEGIES.load_all()
-    return sorted(found.items(), key=lambda item: (-getattr(item[1], "priority", 0), item[0]))
+    """The strategy classes asked by data (presets are only built when named), by priority."""
+    return sorted(strategy_classes().items(),
+                  key=lambda item: (-getattr(item[1], "priority", 0), item[0]))
+
+
+def strategy_presets() -> dict[str, StrategyPreset]:
+    """Every registered preset by name (``zero1``, ``zero2``, ``zero3``, third parties')."""
+    return {name: obj for name, obj in STRATEGIES.load_all().items()
+            if isinstance(obj, StrategyPreset)}
+
+
+def resolve_name(name: str) -> tuple[type[Strategy], StrategyPreset | None]:
+    """The strategy class a registered name builds, and the preset when the name is one;
+    an unknown name is an error listing the registered ones."""
+    found = STRATEGIES.get(name)
+    if not isinstance(found, StrategyPreset):
+        return found, None
+    target = STRATEGIES.get(found.strategy)
+    if not (isinstance(target, type) and issubclass(target, Strategy)):
+        raise ConfigurationError(
+            f"Preset {name!r} builds {found.strategy!r}, which is not a strategy class (a "
+            "preset names a registered strategy, never another preset).")
+    return target, found
 
 
 def select_strategy(config: StrategyConfig) -> Strategy:
@@ -53,8 +90,15 @@ def _build(config: StrategyConfig) -> Strategy:
     if ready is not None:  # a Strategy instance given where Accelerate takes a plugin
         return ready
     requested = config.requested or env.STRATEGY.get()
+    options, source = ((dict(config.options), "StrategyConfig(options=...)")
+                       if config.options is not None else (env_options(), ENV_SOURCE))
     if requested:
-        return STRATEGIES.get(requested).from_config(config)
+        return _build_named(requested, config, options, source)
+    if options:
+        raise ConfigurationError(
+            f"{source} gives strategy options {sorted(options)}, but no strategy is named: "
+            f"name the one they are for ({env.STRATEGY.name}=<name>, accel launch --strategy, "
+            "a config file's strategy:).")
     accepting = [(name, cls) for name, cls in _candidates() if cls.accepts(config)]
     if accepting:
         name, cls = accepting[0]
@@ -71,3 +115,13 @@ def _build(config: StrategyConfig) -> Strategy:
         f"on {state.device}, plugins {sorted(config.plugins) or 'none'}); registered: "
         f"{', '.join(STRATEGIES.names())}. Install the package that provides one, or name one "
         f"with {env.STRATEGY.name}=<name>.")
+
+
+def _build_named(name: str, config: StrategyConfig, options: dict, source: str) -> Strategy:
+    """The strategy (or preset) registered as ``name``, configured with ``options``."""
+    cls, preset = resolve_name(name)
+    if preset is not None:
+        options = merge_preset_options(name, preset, options, source)
+        source = f"preset {name!r}" + (f" with {source}" if options != dict(preset.options)
+                                       else "")
+    return cls.from_config(cls.configure(config, options, source))

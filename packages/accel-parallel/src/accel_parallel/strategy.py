@@ -31,20 +31,30 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 import torch
 from accel_precision import NoPrecision, Precision
-from accel_state import MicroStep, Registry
+from accel_state import DistributedType, MicroStep, Registry
 
 from accel_parallel.compile import compile_model, has_compiled_regions, is_compiled_module
 from accel_parallel.rebind import parameter_moves, rebind_optimizer
 from accel_parallel.slow_steps import announce_first_forward
+from accel_parallel.strategy_options import StrategyPreset, apply_handler_options
 from accel_parallel.unwrap import extract_model_from_parallel, is_sharded_model
 
 if TYPE_CHECKING:
-    from accel_state import DistributedType, PartialState
+    from accel_state import PartialState
 
     from accel_parallel.compile import TorchDynamoPlugin
 
 __all__ = ["Strategy", "SupportsNoSync", "STRATEGIES", "PrepareRequest", "StrategyConfig",
            "NO_CONTEXT", "BOUNDARY"]
+
+#: Accelerate's run types of plain data parallelism over accelerators of one kind, and those
+#: whose replicas hold whole parameters (they add one process and CPU processes)
+_MULTI_DEVICE = frozenset({
+    DistributedType.MULTI_GPU, DistributedType.MULTI_MLU, DistributedType.MULTI_SDAA,
+    DistributedType.MULTI_MUSA, DistributedType.MULTI_NPU, DistributedType.MULTI_XPU,
+    DistributedType.MULTI_HPU, DistributedType.MULTI_NEURON})
+_REPLICATED = _MULTI_DEVICE - {DistributedType.MULTI_NEURON} | {DistributedType.NO,
+                                                              DistributedType.MULTI_CPU}
 
 #: The shared no-op context the base hooks return (entering it has no state): a caller on a
 #: hot path may skip entering it, as ``accumulate()`` does on every micro-step.
@@ -68,9 +78,12 @@ class StrategyConfig:
     #: ``"parallelism_config"``; ``"dynamo"``: a ``TorchDynamoPlugin`` every strategy
     #: applies through :meth:`Strategy.compile_model`), absent when not given
     plugins: Mapping[str, Any] = field(default_factory=dict)
-    #: a strategy asked for by name; default: ``ACCEL_STRATEGY``, else chosen by data
-    #: (:func:`~accel_parallel.select_strategy`)
+    #: a strategy (or preset) asked for by name; default: ``ACCEL_STRATEGY``, else chosen by
+    #: data (:func:`~accel_parallel.select_strategy`)
     requested: str | None = None
+    #: options for the strategy named (a config file's ``strategy_config``), applied by
+    #: :meth:`Strategy.configure`; default (None): ``ACCEL_STRATEGY_CONFIG``
+    options: Mapping[str, Any] | None = None
 
 
 @dataclass
@@ -136,11 +149,42 @@ class Strategy:
         """Build this strategy from the resolved configuration."""
         return cls(config.state, precision=config.precision)
 
+    @classmethod
+    def configure(cls, config: StrategyConfig, options: Mapping[str, Any],
+                  source: str) -> StrategyConfig:
+        """``config`` with ``options`` applied: those a user gave by data when naming this
+        strategy (a config file's ``strategy_config``, ``ACCEL_STRATEGY_CONFIG``) and a
+        preset's fixed ones; ``source`` says where they came from, for errors. By default
+        they build the kwargs handler of :attr:`handler_kinds` (a dataclass: an unknown
+        option is an error naming its fields), unless the code passed one of that kind: the
+        code wins. A strategy configured by a plugin instead overrides it (DeepSpeed)."""
+        if not options:
+            return config
+        return apply_handler_options(cls, config, options, source)
+
     # -- topology -----------------------------------------------------------------------------
     @property
     def distributed_type(self) -> DistributedType:
         """Accelerate's ``DistributedType`` of this run (``NO``, ``MULTI_CPU``, ``FSDP``, ...)."""
         return self.state.distributed_type
+
+    @property
+    def runs_distributed(self) -> bool:
+        """Whether the run is distributed in Accelerate's sense: :attr:`distributed_type` is
+        not ``NO`` (several processes, or one under an engine of its own: FSDP, DeepSpeed)."""
+        return self.distributed_type is not DistributedType.NO
+
+    @property
+    def multi_device(self) -> bool:
+        """Accelerate's ``multi_device``: plain data parallelism over several accelerators
+        of one kind (False for CPU processes and for FSDP / DeepSpeed, types of their own)."""
+        return self.state.use_distributed and self.distributed_type in _MULTI_DEVICE
+
+    @property
+    def replicates_parameters(self) -> bool:
+        """Whether each replica holds whole, ordinary parameters that can be averaged
+        (``LocalSGD``): plain data parallelism or one process, not a sharding engine."""
+        return self.distributed_type in _REPLICATED
 
     @property
     def dp_size(self) -> int:
@@ -365,4 +409,5 @@ class SupportsNoSync(Protocol):
     def no_sync(self) -> contextlib.AbstractContextManager[None]: ...
 
 
-STRATEGIES: Registry[type[Strategy]] = Registry("accel.strategies", "strategy")
+#: strategies and presets (:class:`~accel_parallel.strategy_options.StrategyPreset`) by name
+STRATEGIES: Registry[type[Strategy] | StrategyPreset] = Registry("accel.strategies", "strategy")

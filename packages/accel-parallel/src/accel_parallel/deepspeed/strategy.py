@@ -13,6 +13,9 @@ returned objects. DeepSpeed is imported only here, lazily.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import warnings
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -89,6 +92,33 @@ class DeepSpeedStrategy(Strategy):
         if isinstance(plugins, DeepSpeedPlugin):
             plugins = {"default": plugins}
         return cls(config.state, precision=config.precision, plugins=plugins)
+
+    @classmethod
+    def configure(cls, config: StrategyConfig, options: Mapping[str, Any],
+                  source: str) -> StrategyConfig:
+        """Options given by data (a preset's ``zero_stage``, a config file's
+        ``strategy_config``) are ``DeepSpeedPlugin`` fields: a plugin is built from them when
+        the configuration has none. A plugin from the code (or ``--use_deepspeed``) wins,
+        and a warning says the options went unused."""
+        if not options:
+            return config
+        if config.plugins.get("deepspeed") is not None:
+            warnings.warn(f"{source} gives DeepSpeed options {dict(options)}, but a DeepSpeed "
+                          "plugin was given (deepspeed_plugin= or --use_deepspeed): that "
+                          "plugin is used.", UserWarning, stacklevel=4)
+            return config
+        from accel_parallel.plugins import resolve_deepspeed
+
+        try:
+            plugins = resolve_deepspeed(dict(options), None)
+        except ConfigurationError as error:
+            raise ConfigurationError(f"{source}: {error}") from None
+        return dataclasses.replace(config, plugins={**config.plugins, "deepspeed": plugins})
+
+    @property
+    def plugins_in_use(self) -> dict[str, Any]:
+        """The DeepSpeed plugins by name, also one built from a preset's options."""
+        return {"deepspeed": self.plugins}
 
     @property
     def distributed_type(self) -> DistributedType:

@@ -1,5 +1,5 @@
 """The mesh strategy: every parallelism that lives on the run's one named DeviceMesh
-(FSDP2 / HSDP, DDP, TP (+SP), CP), applied in one order, and its two presets.
+(FSDP2 / HSDP, DDP, TP (+SP), CP), applied in one order, and its two subclasses.
 
 :class:`MeshStrategy` builds the mesh once from resolved sizes and sends every model down
 one straight line (:meth:`MeshStrategy.prepare_model`):
@@ -14,7 +14,7 @@ one straight line (:meth:`MeshStrategy.prepare_model`):
    FSDP2 replicating over ``dp_replicate`` × a shard dimension of size 1 (TP/CP with
    replicas), DDP when replicas are all there is, or nothing.
 
-The presets differ only in where the sizes come from: :class:`ParallelismStrategy` (``nd``)
+The two subclasses differ only in where the sizes come from: :class:`ParallelismStrategy` (``nd``)
 from a ``ParallelismConfig`` (``Accelerator(parallelism_config=...)``,
 ``ACCELERATE_USE_PARALLELISM_CONFIG``) or Accelerate's deprecated
 ``TorchTensorParallelPlugin``; :class:`~accel_parallel.fsdp.strategy.FSDP2Strategy` (``fsdp``) from

@@ -16,7 +16,13 @@ DEBUG_MODE = _var("ACCEL_DEBUG_MODE", "Check tensor shapes across ranks before e
                   "ACCELERATE_DEBUG_MODE")
 STRATEGY = _var("ACCEL_STRATEGY", "Name of a registered strategy (entry-point group "
                 "accel.strategies) to use instead of choosing one from the configuration, "
-                "e.g. a third-party engine. Unknown names list the registered ones.")
+                "e.g. a third-party engine, or a preset (zero2, ...). Unknown names list the "
+                "registered ones. Set by `accel launch --strategy` / a config file's strategy:.")
+STRATEGY_CONFIG = _var("ACCEL_STRATEGY_CONFIG", "JSON object of options for the strategy "
+                       "ACCEL_STRATEGY names, e.g. {\"level\": 2}: built into the kwargs "
+                       "handler the strategy takes (Strategy.handler_kinds) when the script "
+                       "passed none of that kind (a handler in code wins). Set by `accel launch "
+                       "--strategy_config` / a config file's strategy_config:.")
 LAUNCHED = _var("ACCEL_LAUNCHED", "Set to 1 in every worker started by `accel launch`.")
 LOG_LEVEL = _var("ACCEL_LOG_LEVEL", "Level of loggers made by accel_state.logging.get_logger "
                  "when none is given (DEBUG, INFO, WARNING, ...).", "ACCELERATE_LOG_LEVEL")
