@@ -167,3 +167,37 @@ def test_launch_config_drops_fields_an_older_torch_does_not_have():
     if "shutdown_timeout" in {f.name for f in dataclasses.fields(LaunchConfig)}:
         assert supported_config(config, LaunchConfig) == config
     assert supported_config({**config, "typo": 1}, OldLaunchConfig)["typo"] == 1
+
+
+# -- accel's own --strategy / --strategy_config (strategy: / strategy_config: keys) ------------
+def test_a_config_files_strategy_and_options_reach_the_workers(tmp_path) -> None:
+    import json
+
+    config = tmp_path / "strategy.yaml"
+    config.write_text("use_cpu: true\nstrategy: demo\nstrategy_config:\n  level: 2\n"
+                      "  tag: blue\n")
+    plan = build_launch_plan(_args("--config_file", str(config), "t.py"), CPU_BOX, 1)
+    assert plan.env["ACCEL_STRATEGY"] == "demo"
+    assert json.loads(plan.env["ACCEL_STRATEGY_CONFIG"]) == {"level": 2, "tag": "blue"}
+    # the command line wins over the file, as for every flag
+    plan = build_launch_plan(_args("--config_file", str(config), "--strategy", "zero2",
+                                   "--strategy_config", '{"level": 3}', "t.py"), CPU_BOX, 1)
+    assert plan.env["ACCEL_STRATEGY"] == "zero2"
+    assert plan.env["ACCEL_STRATEGY_CONFIG"] == '{"level": 3}'
+    plain = build_launch_plan(_args("--cpu", "t.py"), CPU_BOX, 1)
+    assert "ACCEL_STRATEGY" not in plain.env and "ACCEL_STRATEGY_CONFIG" not in plain.env
+
+
+def test_strategy_options_without_a_name_or_not_a_mapping_are_refused(tmp_path, capsys) -> None:
+    with pytest.raises(ConfigurationError, match=r"--strategy_config \(from command line\) "
+                                                 r"gives options but no strategy is named"):
+        build_launch_plan(_args("--cpu", "--strategy_config", '{"level": 3}', "t.py"),
+                          CPU_BOX, 1)
+    config = tmp_path / "bad.yaml"
+    config.write_text("strategy: demo\nstrategy_config: 3\n")
+    with pytest.raises(ConfigurationError, match=r"key 'strategy_config' has value 3 of type "
+                                                 r"int; expected a mapping of option: value"):
+        build_launch_plan(_args("--config_file", str(config), "t.py"), CPU_BOX, 1)
+    with pytest.raises(SystemExit):
+        _args("--strategy", "demo", "--strategy_config", "[1, 2]", "t.py")
+    assert "--strategy_config expects a JSON object" in capsys.readouterr().err

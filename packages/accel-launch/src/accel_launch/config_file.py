@@ -24,7 +24,7 @@ from typing import Any
 from accel_state import env
 from accel_state.errors import ConfigurationError
 
-from accel_launch.flags import Flag, all_flags, match_choice, parse_bool
+from accel_launch.flags import Flag, all_flags, match_choice, parse_bool, parse_mapping
 
 __all__ = [
     "ConfigFile",
@@ -165,7 +165,8 @@ def _check_type(kind: str, key: str, value: Any, path: Path, choices: tuple[str,
         return value
     expected = {"int": "an integer", "float": "a number", "bool": "true or false",
                 "switch": "true or false", "str": "a string", "choice": "one of "
-                + ", ".join(choices), "multi": "a list"}[kind]
+                + ", ".join(choices), "multi": "a list",
+                "mapping": "a mapping of option: value (or a JSON object)"}[kind]
     try:
         if kind == "int" and not isinstance(value, bool):
             if isinstance(value, int) or (isinstance(value, str) and value.strip().isdigit()):
@@ -178,6 +179,8 @@ def _check_type(kind: str, key: str, value: Any, path: Path, choices: tuple[str,
             return str(value)
         elif kind == "multi" and isinstance(value, list):
             return value
+        elif kind == "mapping":
+            return parse_mapping(value, key)
         elif kind == "choice":
             found = match_choice("no" if value is False else value, choices)
             if found is not None:

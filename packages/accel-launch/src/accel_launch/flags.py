@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["Flag", "GROUPS", "add_flags", "all_flags", "flag_by_dest", "match_choice",
-           "parse_bool"]
+           "parse_bool", "parse_mapping"]
 
 _TRUE = {"1", "true", "yes", "y", "on", "t"}
 _FALSE = {"0", "false", "no", "n", "off", "f", "none"}
@@ -42,7 +42,8 @@ class Flag:
     help: str
     """Help text (also the docs' description)."""
     kind: str = "str"
-    """switch (given = true), bool (takes true/false), int, float, str or choice."""
+    """switch (given = true), bool (takes true/false), int, float, str, choice or mapping (a
+    YAML mapping in the config file, a JSON object on the command line)."""
     choices: tuple[str, ...] = ()
     """Allowed values of a ``choice`` flag."""
     default: Any = None
@@ -132,12 +133,37 @@ def _typed(kind: str, flag: str) -> Any:
     return convert
 
 
+def parse_mapping(value: object, flag: str) -> dict[str, Any]:
+    """A mapping as it is, or a JSON object's text as a dict; anything else is an error
+    naming ``flag`` (``--strategy_config '{"level": 2}'``)."""
+    if isinstance(value, dict):
+        return value
+    import json
+
+    try:
+        found = json.loads(str(value))
+    except ValueError:
+        found = None
+    if not isinstance(found, dict):
+        raise argparse.ArgumentTypeError(
+            f"{flag} expects a JSON object of option: value, e.g. '{{\"level\": 2}}', got "
+            f"{value!r}")
+    return found
+
+
 def match_choice(value: object, choices: Sequence[str]) -> str | None:
     """The choice ``value`` names, exactly or else in another case; None if none."""
     text = str(value)
     if text in choices:
         return text
     return next((c for c in choices if c.lower() == text.lower()), None)
+
+
+def _mapping(flag: str) -> Any:
+    def convert(text: str) -> dict[str, Any]:
+        return parse_mapping(text, flag)
+    convert.__name__ = "JSON object"
+    return convert
 
 
 def _choice(choices: Sequence[str]) -> Any:
@@ -161,6 +187,8 @@ def _add_one(group: Any, flag: Flag) -> None:
             kwargs["type"] = _choice(flag.choices)
         if flag.kind == "multi":
             kwargs["action"] = "append"
+        if flag.kind == "mapping":
+            kwargs["type"] = _mapping(flag.name)
         kwargs["metavar"] = flag.metavar or (
             "{" + ",".join(flag.choices) + "}" if flag.kind == "choice" else
             "true|false" if flag.kind == "bool" else flag.kind.upper())

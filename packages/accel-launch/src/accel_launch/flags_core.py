@@ -111,4 +111,19 @@ _SCRIPT = Group("script", "How SCRIPT is run.", (
              "(it detects srun and mpirun).")),
 ))
 
-CORE_GROUPS = (_LAUNCHER, _HARDWARE, _PROCESSES, _ELASTIC, _SCRIPT)
+_STRATEGY = Group("strategy (accel's own)", "Not in Accelerate: name a registered strategy "
+                  "or preset and give it options, with no code and no variable to set.", (
+    Flag(("--strategy",), "Registered strategy or preset the workers build (ACCEL_STRATEGY) "
+         "instead of choosing one from the configuration: a third-party strategy's entry-point "
+         "name, or a built-in (single, ddp, fsdp, nd, pipeline, deepspeed, zero1, zero2, "
+         "zero3). An unknown name is refused in the workers, listing the registered ones.",
+         config=(_TOP, "strategy"), env="ACCEL_STRATEGY", metavar="NAME"),
+    Flag(("--strategy_config",), "Options of --strategy as a JSON object (a mapping under "
+         "strategy_config: in the config file), passed as ACCEL_STRATEGY_CONFIG: built into "
+         "the kwargs handler the strategy takes when the script passed none of that kind (the "
+         "script's handler wins); an unknown option is refused naming the known ones.",
+         "mapping", config=(_TOP, "strategy_config"), env="ACCEL_STRATEGY_CONFIG",
+         metavar="JSON"),
+))
+
+CORE_GROUPS = (_LAUNCHER, _HARDWARE, _PROCESSES, _ELASTIC, _STRATEGY, _SCRIPT)

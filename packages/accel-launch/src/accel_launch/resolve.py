@@ -162,6 +162,16 @@ def _check_plugin_flags(resolved: Resolved) -> None:
                 f"file), or drop {flag.name}.")
 
 
+def _check_strategy(resolved: Resolved) -> None:
+    """``--strategy_config`` gives options to the strategy ``--strategy`` names: alone it has
+    no strategy to go to (the name itself is checked in the workers, against the registry)."""
+    args, src = resolved.args, resolved.sources
+    if args.strategy_config and not args.strategy:
+        raise ConfigurationError(
+            f"--strategy_config (from {src['strategy_config']}) gives options but no strategy "
+            "is named: add --strategy NAME (or strategy: NAME in the config file).")
+
+
 def _check_engines(resolved: Resolved) -> None:
     args, src = resolved.args, resolved.sources
     if args.use_deepspeed and args.use_fsdp:
@@ -218,6 +228,7 @@ def resolve_launch_args(args: argparse.Namespace) -> Resolved:
         resolved.sources["rdzv_backend"] += " (static -> c10d: restarts need a re-rendezvous)"
     _check_plugin_flags(resolved)
     _check_engines(resolved)
+    _check_strategy(resolved)
     args._accel_resolved = resolved
     return resolved
 

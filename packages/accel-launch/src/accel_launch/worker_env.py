@@ -37,6 +37,10 @@ def env_var(name: str) -> env.EnvVar:
 def _text(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, dict):  # a mapping flag (--strategy_config): JSON, as workers read it
+        import json
+
+        return json.dumps(value, sort_keys=True)
     return str(value)
 
 
