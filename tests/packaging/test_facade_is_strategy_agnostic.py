@@ -60,15 +60,16 @@ def test_no_facade_module_imports_a_concrete_strategy():
 #: and Accelerate's own test scripts (user code, kept as Accelerate wrote it).
 SHELLS = {"__init__.py", "parallelism_config.py", "utils/__init__.py", "utils/dataclasses.py",
           "utils/deepspeed.py", "utils/fsdp_utils.py"}
-#: Comparisons still in the facade, each an Accelerate property or message that asks about
-#: the run's type, by file and count: the ratchet only goes down (move one behind a
-#: Strategy hook, then lower its count here). Any other comparison fails.
+#: The comparisons left in the facade, by file and the function holding each: Accelerate's own
+#: public names whose meaning *is* the run type (``is_fsdp2``; ``deepspeed_required``'s
+#: wrapper). Every other question about the run is the strategy's (``runs_distributed``,
+#: ``multi_device``, ``replicates_parameters``, ``plugins_in_use``) or accel-parallel's
+#: (``plugins.requested_distributed_type``). Any comparison elsewhere, a second one in these
+#: functions, or a set of ``DistributedType`` members to test against, fails.
 KNOWN_DISTRIBUTED_TYPE_COMPARISONS = {
-    "_accelerator_state.py": 1,  # AcceleratorState.is_fsdp2
-    "_data.py": 1,  # join_uneven_inputs warns off a single process
-    "_device_map.py": 1,  # a device_map model is refused only in a distributed run
-    "_requirements.py": 1,  # the DeepSpeed-only helpers refuse another run's type
-    "accelerator.py": 1,  # Accelerator.is_fsdp2
+    ("_accelerator_state.py", "is_fsdp2"): 1,  # AcceleratorState.is_fsdp2
+    ("_requirements.py", "wrapper"): 1,  # deepspeed_required: the DeepSpeed-only helpers
+    ("accelerator.py", "is_fsdp2"): 1,  # Accelerator.is_fsdp2
 }
 
 
@@ -102,14 +103,43 @@ def _facade_files() -> list[tuple[str, ast.AST]]:
     return files
 
 
+def _names_a_member(x: ast.AST) -> bool:
+    """``DistributedType.X``, or a tuple/list/set literal holding one."""
+    if isinstance(x, (ast.Tuple, ast.List, ast.Set)):
+        return any(_names_a_member(e) for e in x.elts)
+    return (isinstance(x, ast.Attribute) and isinstance(x.value, ast.Name)
+            and x.value.id == "DistributedType")
+
+
 def _compares_distributed_type(node: ast.AST) -> bool:
-    def names_it(x: ast.AST) -> bool:
-        if isinstance(x, (ast.Tuple, ast.List, ast.Set)):
-            return any(names_it(e) for e in x.elts)
-        return (isinstance(x, ast.Attribute) and isinstance(x.value, ast.Name)
-                and x.value.id == "DistributedType")
-    return isinstance(node, ast.Compare) and any(
-        names_it(part) for part in (node.left, *node.comparators))
+    """A comparison with a member (``is``, ``==``, ``in (...)``), or a collection of members
+    built to compare against later (``frozenset({DistributedType.X, ...})``)."""
+    if isinstance(node, ast.Compare):
+        return any(_names_a_member(part) for part in (node.left, *node.comparators))
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return _names_a_member(node)
+    return False
+
+
+def _comparisons(tree: ast.AST) -> dict[str, int]:
+    """Comparisons by the innermost function holding each ("" at module level); a collection
+    literal inside another, or inside the comparison itself, counts with it."""
+    inner = {id(n) for node in ast.walk(tree)
+             if isinstance(node, (ast.Tuple, ast.List, ast.Set, ast.Compare))
+             for child in ast.iter_child_nodes(node) for n in ast.walk(child)}
+    runtime = {id(n) for n in _runtime_nodes(tree)}
+    found: dict[str, int] = {}
+
+    def visit(node: ast.AST, where: str) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            where = node.name
+        if id(node) in runtime and id(node) not in inner and _compares_distributed_type(node):
+            found[where] = found.get(where, 0) + 1
+        for child in ast.iter_child_nodes(node):
+            visit(child, where)
+
+    visit(tree, "")
+    return found
 
 
 def test_no_facade_module_imports_a_plugin_class():
@@ -123,21 +153,19 @@ def test_no_facade_module_imports_a_plugin_class():
 
 
 def test_distributed_type_comparisons_in_the_facade_only_go_down():
-    found: dict[str, int] = {}
-    for rel, tree in _facade_files():
-        count = sum(1 for node in _runtime_nodes(tree) if _compares_distributed_type(node))
-        if count:
-            found[rel] = count
-    grown = {rel: n for rel, n in found.items()
-             if n > KNOWN_DISTRIBUTED_TYPE_COMPARISONS.get(rel, 0)}
+    found = {(rel, where): n for rel, tree in _facade_files()
+             for where, n in _comparisons(tree).items()}
+    grown = {key: n for key, n in found.items()
+             if n > KNOWN_DISTRIBUTED_TYPE_COMPARISONS.get(key, 0)}
     assert not grown, ("a new DistributedType comparison in the facade: ask the strategy "
-                       f"(a hook, plugins_in_use) instead: {grown}")
+                       f"(a Strategy property, plugins_in_use) instead: {grown}")
     assert found == KNOWN_DISTRIBUTED_TYPE_COMPARISONS, (
-        "one went away: lower KNOWN_DISTRIBUTED_TYPE_COMPARISONS to", found)
+        "one went away: drop it from KNOWN_DISTRIBUTED_TYPE_COMPARISONS", found)
 
 
-def test_the_comparison_finder_sees_is_in_and_tuples():
+def test_the_comparison_finder_sees_is_in_tuples_and_member_sets():
     source = ("a = t is DistributedType.FSDP\nb = t in (DistributedType.NO, x)\n"
-              "c = t == other\nif TYPE_CHECKING:\n    d = t != DistributedType.NO\n")
-    tree = ast.parse(source)
-    assert sum(_compares_distributed_type(n) for n in _runtime_nodes(tree)) == 2
+              "c = t == other\nif TYPE_CHECKING:\n    d = t != DistributedType.NO\n"
+              "S = frozenset({DistributedType.MULTI_GPU, (DistributedType.NO,)})\n"
+              "def f():\n    return t in S or t == DistributedType.NO\n")
+    assert _comparisons(ast.parse(source)) == {"": 3, "f": 1}

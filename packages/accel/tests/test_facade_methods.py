@@ -223,8 +223,11 @@ def test_verify_device_map_and_single_process_prepare():
 def test_dispatched_model_is_refused_in_a_distributed_run(monkeypatch):
     from accel._device_map import refuse_dispatched_models
 
-    class _Distributed:  # the two properties the check reads, as a 2-process run has them
-        distributed_type, num_processes = DistributedType.MULTI_CPU, 2
+    class _Strategy:  # what the check asks the strategy, as a 2-process run answers
+        runs_distributed = True
+
+    class _Distributed:  # and what its message names
+        strategy, distributed_type, num_processes = _Strategy(), DistributedType.MULTI_CPU, 2
 
     model = nn.Linear(4, 4)
     model.hf_device_map = {"0": "cpu", "1": "disk"}

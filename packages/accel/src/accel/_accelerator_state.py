@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from accel_parallel.plugins import requested_distributed_type
 from accel_state import ConfigurationError, DistributedType, PartialState, env
 from accel_state.state import SharedDict, _missing_attribute
 
@@ -57,11 +58,9 @@ class AcceleratorState:
                     "Accelerator instead (a new Accelerator refreshes the state).")
             return
         state = PartialState(cpu, **kwargs)
-        distributed_type = state.distributed_type
-        if fsdp_plugin is not None or env.USE_FSDP.get_bool():
-            distributed_type = DistributedType.FSDP
-        if deepspeed_plugin is not None or env.USE_DEEPSPEED.get_bool(False):
-            distributed_type = DistributedType.DEEPSPEED
+        # the rule lives beside the plugin resolution (accel_parallel.plugins.LAUNCH_KINDS)
+        distributed_type = requested_distributed_type(
+            state.distributed_type, fsdp=fsdp_plugin, deepspeed=deepspeed_plugin)
         self._fill(mixed_precision=str(mixed_precision or env.MIXED_PRECISION.get() or "no"),
                    distributed_type=distributed_type, dynamo_plugin=dynamo_plugin,
                    deepspeed_plugin=deepspeed_plugin, fsdp_plugin=fsdp_plugin,

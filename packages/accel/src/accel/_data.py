@@ -16,7 +16,6 @@ from accel_data import DataLoaderConfiguration
 from accel_data import gather_for_metrics as _gather_for_metrics
 from accel_data import prepare_data_loader as _prepare
 from accel_data import skip_first_batches as _skip_first_batches
-from accel_state import DistributedType
 from accel_state.errors import ConfigurationError
 
 __all__ = ["DataMixin", "UNSET", "resolve_dataloader_config"]
@@ -144,8 +143,7 @@ class DataMixin:
         context = strategy.join(usable, enable=not even_batches) \
             if strategy.dp_size > 1 and usable else None
         if context is None:
-            if strategy.dp_size > 1 or \
-                    self.distributed_type != DistributedType.NO:  # type: ignore[attr-defined]
+            if strategy.dp_size > 1 or strategy.runs_distributed:
                 warnings.warn(_no_join_message(strategy, joinables, usable, joined=False),
                               UserWarning, stacklevel=3)
             yield

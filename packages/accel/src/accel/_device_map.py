@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import torch
-from accel_state import ConfigurationError, DistributedType, env
+from accel_state import ConfigurationError, env
 
 __all__ = ["DeviceMapMixin", "refuse_dispatched_models"]
 
@@ -28,7 +28,7 @@ def _dispatched_map(model: torch.nn.Module) -> dict[str, Any] | None:
 def refuse_dispatched_models(accelerator: Any, models: Iterable[torch.nn.Module]) -> None:
     """Raise when a model split over several devices is prepared for a distributed run
     (unless ``ACCEL_BYPASS_DEVICE_MAP`` / ``ACCELERATE_BYPASS_DEVICE_MAP`` is true)."""
-    if accelerator.distributed_type is DistributedType.NO:
+    if not accelerator.strategy.runs_distributed:
         return
     for model in models:
         device_map = _dispatched_map(model)

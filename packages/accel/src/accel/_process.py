@@ -20,13 +20,6 @@ __all__ = ["ProcessMixin"]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
-#: the distributed types of data parallelism over several accelerators of one kind
-_MULTI_DEVICE_TYPES = frozenset({
-    DistributedType.MULTI_GPU, DistributedType.MULTI_MLU, DistributedType.MULTI_SDAA,
-    DistributedType.MULTI_MUSA, DistributedType.MULTI_NPU, DistributedType.MULTI_XPU,
-    DistributedType.MULTI_HPU, DistributedType.MULTI_NEURON})
-
-
 class ProcessMixin:
     """Process views and collectives of ``Accelerator`` (expects ``state``, ``_strategy``)."""
 
@@ -76,7 +69,7 @@ class ProcessMixin:
         """Whether the run is distributed over several accelerators of one kind (GPUs, XPUs,
         NPUs, ...) with plain data parallelism — Accelerate's meaning: False for CPU
         processes (``MULTI_CPU``) and for FSDP / DeepSpeed runs, which have their own type."""
-        return self.use_distributed and self.distributed_type in _MULTI_DEVICE_TYPES
+        return self._strategy.multi_device
 
     # -- collectives -------------------------------------------------------------------------
     def gather(self, tensor: Any) -> Any:

@@ -10,17 +10,11 @@ from typing import Any
 
 import torch
 from accel_parallel import is_sharded_model
-from accel_state import ConfigurationError, DistributedType, reduce
+from accel_state import ConfigurationError, reduce
 
 from accel._module_compat import forward_to
 
 __all__ = ["LocalSGD"]
-
-# strategies whose replicas hold whole, ordinary parameters that can simply be averaged
-_REPLICATED = (DistributedType.NO, DistributedType.MULTI_CPU, DistributedType.MULTI_GPU,
-               DistributedType.MULTI_XPU, DistributedType.MULTI_NPU, DistributedType.MULTI_MLU,
-               DistributedType.MULTI_MUSA, DistributedType.MULTI_SDAA, DistributedType.MULTI_HPU)
-
 
 class LocalSGD:
     """Context manager around the training loop; call :meth:`step` after each optimizer step.
@@ -44,8 +38,7 @@ class LocalSGD:
                 f"LocalSGD(local_sgd_steps={local_sgd_steps!r}) must be a positive integer: the "
                 "number of optimizer steps between two parameter averages.")
         strategy = accelerator._strategy
-        if enabled and (accelerator.distributed_type not in _REPLICATED
-                        or is_sharded_model(model)):
+        if enabled and (not strategy.replicates_parameters or is_sharded_model(model)):
             raise ConfigurationError(
                 f"LocalSGD averages whole parameters, but this run's strategy "
                 f"({strategy.name!r}, {accelerator.distributed_type.value}) shards them; use it "
