@@ -152,12 +152,10 @@ class Strategy:
     @classmethod
     def configure(cls, config: StrategyConfig, options: Mapping[str, Any],
                   source: str) -> StrategyConfig:
-        """``config`` with ``options`` applied: those a user gave by data when naming this
-        strategy (a config file's ``strategy_config``, ``ACCEL_STRATEGY_CONFIG``) and a
-        preset's fixed ones; ``source`` says where they came from, for errors. By default
-        they build the kwargs handler of :attr:`handler_kinds` (a dataclass: an unknown
-        option is an error naming its fields), unless the code passed one of that kind: the
-        code wins. A strategy configured by a plugin instead overrides it (DeepSpeed)."""
+        """``config`` with ``options`` given by data (a config file's ``strategy_config``,
+        ``ACCEL_STRATEGY_CONFIG``, a preset's) applied; ``source`` names them in errors. By
+        default they build the :attr:`handler_kinds` dataclass unless the code passed one of
+        that kind (the code wins); DeepSpeed overrides it (its options are plugin fields)."""
         if not options:
             return config
         return apply_handler_options(cls, config, options, source)
