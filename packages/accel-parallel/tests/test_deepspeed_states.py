@@ -1,6 +1,6 @@
 """read_zero_full_states refuses what it cannot rebuild, naming the way out (the real ZeRO-2
 checkpoint, saved by 2 DeepSpeed processes:
-tests/integration/deepspeed/test_deepspeed_across.py)."""
+tests/integration/deepspeed/test_deepspeed.py, through scripts/deepspeed_across.py)."""
 
 from __future__ import annotations
 

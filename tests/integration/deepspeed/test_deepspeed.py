@@ -1,5 +1,6 @@
 """DeepSpeed ZeRO through the unchanged facade in 2 processes (gloo): two launches that
-check a lot each (scripts/deepspeed_checks.py), plus a slow one that compiles cpu_adam."""
+check a lot each (scripts/deepspeed_checks.py, which also runs scripts/deepspeed_across.py's
+2-process phases), plus a slow one that compiles cpu_adam."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 import pytest
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+ACROSS = SCRIPTS / "deepspeed_across.py"
 TRAIN = ("ZERO-STAGES", "ACCUMULATION", "OFFLOAD", "AUTO-CONFIG", "SEED-WORKFLOW", "ZERO3-INIT",
          "SAVE")
 RESUME = ("RESUME", "CORRUPT")
@@ -29,19 +31,33 @@ def _run(launch, explain, *args: str, timeout: float = 300) -> str:
 
 
 @pytest.mark.multiprocess
-def test_zero_stages_configs_checkpoint_resume(ds_launcher, explain, tmp_path, capsys):
+def test_zero_stages_configs_checkpoint_resume(ds_launcher, explain, run_here, tmp_path,
+                                               capsys):
     """ZeRO-1/2/3 fp32/bf16 vs DDP, accumulation 4 vs DDP, offload, "auto" filling, ZeRO-3
     init + save_model + rotation, a save; then a fresh launch resumes (equal to the straight
     run, DeepSpeed's pickles read through an allow-list) and names a flipped byte in a
-    shard; `accel merge-weights` turns the checkpoint into the saved weights."""
+    shard; `accel merge-weights` turns the checkpoint into the saved weights.
+    Across layouts, in the same launches: a ZeRO-2 checkpoint saved by 2 DeepSpeed
+    processes loads into 2 DDP processes (weights equal, the next step equal to the
+    DeepSpeed run's) and, in this process, into a plain model and an FSDP2 model."""
     out = _run(ds_launcher, explain, "train", str(tmp_path))
     for marker in TRAIN:
         for rank in (0, 1):
             assert f"{marker}-OK rank={rank}" in out, out
+    for rank in (0, 1):
+        assert f"DS-SAVED rank={rank}" in out, f"across: ZeRO-2 save on rank {rank}\n{out}"
     out = _run(ds_launcher, explain, "resume", str(tmp_path))
     for marker in RESUME:
         for rank in (0, 1):
             assert f"{marker}-OK rank={rank}" in out, out
+    for rank in (0, 1):
+        line = f"DS-INTO-DDP rank={rank} equal=True next=True engine=DistributedDataParallel"
+        assert line in out, f"across: ZeRO-2 into DDP on rank {rank}\n{out}"
+    capsys.readouterr()
+    run_here(ACROSS, "plain", str(tmp_path / "across"))
+    plain = capsys.readouterr().out
+    assert "DS-INTO-PLAIN equal=True state=['exp_avg', 'exp_avg_sq', 'step']" in plain, plain
+    assert "DS-INTO-FSDP sharded=True equal=True" in plain, plain
     _merge_weights(tmp_path, capsys)
 
 

@@ -1,5 +1,8 @@
 """A DeepSpeed ZeRO-2 checkpoint loaded into models that are not DeepSpeed engines.
 
+The 2-process phases run inside deepspeed_checks.py's launches (``train`` calls
+``save_phase``, ``resume`` calls ``load_phase``: no launch of their own); the argv form
+stays for running one phase by hand.
 ``save ROOT`` (2 processes): ZeRO-2 with a torch Adam trains 2 steps, saves (``ROOT/ds``),
 records the weights, takes a third step and records the weights again (rank 0 writes both).
 ``load ROOT`` (2 processes, DDP): fresh models load ``ROOT/ds`` (ZeRO's partitions joined
@@ -49,6 +52,7 @@ def weights(accelerator: Accelerator, model) -> dict[str, torch.Tensor]:
 
 
 def save_phase(root: Path) -> None:
+    root.mkdir(parents=True, exist_ok=True)
     accelerator = Accelerator(cpu=True, deepspeed_plugin=DeepSpeedPlugin(zero_stage=2))
     model, optimizer = build(accelerator, seed=0)
     for index in range(2):
@@ -72,8 +76,8 @@ def load_phase(root: Path) -> None:
     after = load_file(root / "after.safetensors")
     following = all(torch.allclose(v, after[k], rtol=1e-5, atol=1e-6)
                     for k, v in weights(accelerator, model).items())
-    print(f"DS-INTO-DDP rank={accelerator.process_index} equal={equal} next={following}",
-          flush=True)
+    print(f"DS-INTO-DDP rank={accelerator.process_index} equal={equal} next={following} "
+          f"engine={type(model).__name__}", flush=True)
 
 
 def plain_phase(root: Path) -> None:

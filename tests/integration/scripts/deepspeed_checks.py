@@ -9,12 +9,14 @@ with optimizer offload; ZeRO-3 with ``zero3_init_flag`` (through
 ``accelerator.state.deepspeed_plugin``), ``get_state_dict``, ``save_model``, a checkpoint
 round trip and rotation (``total_limit``); then the first half of save -> kill -> resume:
 ZeRO-2 saves after 3 steps, trains on to the end (the straight run, written to
-OUT/straight.pt), and the process exits without cleanup.
+OUT/straight.pt), and the process exits without cleanup. Before that save, the ZeRO-2
+checkpoint of ``deepspeed_across.py save`` (OUT/across).
 
 ``cpu_adam OUT`` (slow): ZeRO-2 optimizer offload with a torch AdamW, turned into
 DeepSpeed's CPU Adam (compiles cpu_adam), against DDP.
 
-``resume OUT``: fresh processes load the newest checkpoint (DeepSpeed's pickles read with
+``resume OUT``: first ``deepspeed_across.py load`` (OUT/across into DDP); then fresh
+processes load the newest checkpoint (DeepSpeed's pickles read with
 an allow-list: no ``trust_pickles``), train the remaining steps and must end equal to the
 straight run; a flipped byte in a rank's DeepSpeed shard is named.
 Each check prints ``<NAME>-OK rank=<r>``.
@@ -29,6 +31,7 @@ import shutil
 import sys
 from pathlib import Path
 
+import deepspeed_across  # this folder: the script's own, first on sys.path
 import torch
 from accel import Accelerator
 from accel.utils import (
@@ -428,10 +431,12 @@ def main() -> None:
         check_auto_config(rank)
         check_seed_workflow(rank, out)
         check_zero3_init(rank, out)
+        deepspeed_across.save_phase(out / "across")
         check_save(rank, out)
         sys.stdout.flush()
         os._exit(0)  # "killed": no end_training, no cleanup of the process group
     elif mode == "resume":
+        deepspeed_across.load_phase(out / "across")  # DDP first, in fresh processes
         check_resume(rank, out)
     elif mode == "cpu_adam":
         check_cpu_adam(rank, ddp_run())
