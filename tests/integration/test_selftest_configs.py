@@ -3,7 +3,8 @@ fp8 (torchao) on the CPU, DeepSpeed ZeRO-2 and FSDP2 in bf16 (fp16 needs an acce
 
 Each config is built as the questionnaire builds it (its ``base_config()`` plus the keys its
 branches add), saved as YAML, and turned into the workers' environment by the launcher's own
-plan; the bundled test script then runs in one plain process with that environment (a
+plan; the bundled test script then runs in one process with that environment: the test's
+own (run_here) or, for the DeepSpeed and torchao configs, a plain process of its own (a
 launch per config would cost ~10 s each; the 2-process launch of `accel test` is in
 test_launch_elastic.py). The tolerances per precision are the script's own.
 """
@@ -53,14 +54,31 @@ def _worker_env(config: Path) -> dict[str, str]:
     return env
 
 
+#: configs whose run imports a heavy backend (DeepSpeed, torchao) keep a process of their own;
+#: the others run the script in the test's process with the same environment (run_here)
+OWN_PROCESS = {"fp8-ao", "deepspeed-zero2-bf16"}
+
+
 @pytest.mark.parametrize("name", CONFIGS)
-def test_accel_test_passes_on_each_questionnaire_config(name: str, tmp_path: Path) -> None:
+def test_accel_test_passes_on_each_questionnaire_config(name: str, tmp_path: Path, run_here,
+                                                        capsys, monkeypatch) -> None:
     if name in NEEDS and importlib.util.find_spec(NEEDS[name]) is None:
         pytest.skip(f"needs {NEEDS[name]}")
     cfg = base_config() | {"use_cpu": True} | CONFIGS[name]
     config = save_config(cfg, tmp_path / f"{name}.yaml")
-    proc = subprocess.run([sys.executable, str(selftest.test_script_path())], env=_worker_env(config),
-                          capture_output=True, text=True, timeout=240, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert f"mixed precision {CONFIGS[name]['mixed_precision']}" in proc.stdout, proc.stdout
-    assert "Test is a success!" in proc.stdout, proc.stdout
+    env = _worker_env(config)
+    if name in OWN_PROCESS:
+        proc = subprocess.run([sys.executable, str(selftest.test_script_path())], env=env,
+                              capture_output=True, text=True, timeout=240, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        out = proc.stdout
+    else:
+        for key in [k for k in os.environ if k not in env]:
+            monkeypatch.delenv(key)
+        for key, value in env.items():
+            monkeypatch.setenv(key, value)
+        monkeypatch.chdir(tmp_path)
+        run_here(selftest.test_script_path())
+        out = capsys.readouterr().out
+    assert f"mixed precision {CONFIGS[name]['mixed_precision']}" in out, out
+    assert "Test is a success!" in out, out
