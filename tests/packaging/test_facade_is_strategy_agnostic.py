@@ -169,3 +169,29 @@ def test_the_comparison_finder_sees_is_in_tuples_and_member_sets():
               "S = frozenset({DistributedType.MULTI_GPU, (DistributedType.NO,)})\n"
               "def f():\n    return t in S or t == DistributedType.NO\n")
     assert _comparisons(ast.parse(source)) == {"": 3, "f": 1}
+
+
+# -- backend packages (issue 26: the facade knows no backend) ----------------------------------
+#: accel-parallel's per-backend packages: what one backend knows lives there.
+BACKEND_PACKAGES = ("accel_parallel.deepspeed", "accel_parallel.fsdp", "accel_parallel.mesh",
+                    "accel_parallel.pipeline")
+#: Accelerate's module paths that re-export a backend's constants or helpers as Accelerate
+#: has them there (``accelerate.utils.constants``' FSDP names, ``accelerate.utils.other``'s
+#: ``get_model_tp_size``), besides the SHELLS above.
+BACKEND_SHELLS = {"utils/constants.py", "utils/other.py"}
+
+
+def test_no_facade_module_imports_a_backend_package():
+    """Checkpoints of a backend's own layout load across through its registered writer
+    (``full_states``, ``load_refusals``), not through facade code that imports it."""
+    offenders = []
+    for rel, tree in _facade_files():
+        if rel in BACKEND_SHELLS:
+            continue
+        for node in _runtime_nodes(tree):
+            modules = ([node.module or ""] if isinstance(node, ast.ImportFrom) else
+                       [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            offenders += [f"{rel}:{node.lineno} {m}" for m in modules
+                          if any(m == p or m.startswith(p + ".") for p in BACKEND_PACKAGES)]
+    assert not offenders, ("a backend's knowledge belongs to its accel-parallel package, "
+                           f"reached through a registry or the Strategy interface: {offenders}")

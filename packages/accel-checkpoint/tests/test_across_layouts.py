@@ -41,7 +41,7 @@ def same(a, b) -> bool:
 def test_which_pairs_load_across():
     assert loads_across("sharded", "replicated") and loads_across("replicated", "sharded")
     assert not loads_across("sharded", "sharded")
-    assert not loads_across("deepspeed", "replicated") and not loads_across("sharded", "x")
+    assert not loads_across("engine-x", "replicated") and not loads_across("sharded", "x")
 
 
 @pytest.mark.parametrize("layout", ["sharded", "replicated"])
@@ -85,8 +85,59 @@ def test_only_full_state_layouts_load_across(tmp_path):
     from accel_checkpoint.manifest import read_manifest
 
     manifest = read_manifest(path)
-    manifest.layout = "deepspeed"
-    with pytest.raises(CheckpointError, match="'deepspeed' checkpoint: only replicated and "
+    manifest.layout = "engine-x"  # no writer registered under that name
+    with pytest.raises(CheckpointError, match="'engine-x' checkpoint: only replicated and "
                                               "sharded"):
         load_across_layouts(path, build(seed=1), manifest=manifest)
     assert json.loads((path / "manifest.json").read_text())["layout"] == "replicated"
+
+
+class _ReadingWriter:
+    """A per-rank writer registered only to read its checkpoints whole (``full_states``):
+    here it serves the states of a replicated checkpoint's files, by name."""
+
+    layout = "engine-x"
+    unpickles = "never"
+    calls: list = []
+
+    def save(self, staging, objects, rank, world_size):
+        raise AssertionError("only read here")
+
+    def load(self, path, objects, rank, world_size):
+        raise AssertionError("only read here")
+
+    def full_states(self, path, names, owners, listed, read):
+        from accel_checkpoint.manager import read_object
+        from accel_checkpoint.manifest import read_manifest
+
+        assert "model.safetensors" in listed and callable(read)
+        type(self).calls.append((sorted(names), dict(owners)))
+        manifest = read_manifest(path)
+        manifest.layout = "replicated"
+        return {n: read_object(path, n, manifest) for n in names}
+
+
+def test_a_registered_writer_with_full_states_loads_across(tmp_path):
+    """A per-rank layout whose registered writer reads its states whole (DeepSpeed's, in
+    accel-parallel) loads into full-state models; its refusals stay its own."""
+    from accel_checkpoint.layouts import CHECKPOINT_LAYOUTS, registered_writer
+    from accel_checkpoint.manifest import read_manifest
+    from accel_checkpoint.rank_writers import OBJECTS_KEY
+
+    CHECKPOINT_LAYOUTS.register("engine-x", _ReadingWriter)
+    try:
+        assert isinstance(registered_writer("engine-x"), _ReadingWriter)
+        assert registered_writer("replicated") is None
+        assert loads_across("engine-x", "replicated") and loads_across("engine-x", "sharded")
+        assert not loads_across("replicated", "engine-x")
+        saved = build()
+        path = save_checkpoint(tmp_path / "ckpt", saved)
+        manifest = read_manifest(path)
+        manifest.layout = "engine-x"
+        manifest.metadata[OBJECTS_KEY] = {"model": "model", "optimizer": "optimizer"}
+        target = build(seed=1)
+        load_across_layouts(path, target, rng=False, manifest=manifest)
+        assert same(state(target), state(saved))
+        assert _ReadingWriter.calls == [(["model", "optimizer"], {"optimizer": "model"})]
+    finally:
+        CHECKPOINT_LAYOUTS.unregister("engine-x")

@@ -24,9 +24,11 @@ Every rank holds the full state while loading (as a full-state-dict load does). 
 objects saved whole (schedulers, dataloader positions, the scaler, registered objects,
 RNG states, the step) are stored the same way in every layout and load as usual.
 
-A strategy's own writer's checkpoint (DeepSpeed's) loads the same way when the caller
-gives a :data:`StateReader` for it (step 2; the layer that knows the writer supplies it:
-accel-checkpoint never imports a strategy package).
+A strategy's own writer's checkpoint (DeepSpeed's) loads the same way when that writer is
+registered in the ``accel.checkpoint_layouts`` entry-point group and has ``full_states``
+(:func:`full_state_reader`: step 2 reads through it, from the files the manifest lists, each
+hash-checked as read), or when the caller gives a :data:`StateReader`: accel-checkpoint
+never imports a strategy package.
 """
 
 from __future__ import annotations
@@ -37,18 +39,22 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from accel_state import ConfigurationError
 from accel_state.random import restore_rng_state
 from torch import nn
 
 from accel_checkpoint.applying import apply_states, refuse_misfits, state_problem
 from accel_checkpoint.errors import CheckpointError, CorruptCheckpointError
 from accel_checkpoint.fileio import read_json
+from accel_checkpoint.hashing import verified_reader
+from accel_checkpoint.layouts import registered_writer
 from accel_checkpoint.manager import LoadedCheckpoint, read_object
 from accel_checkpoint.manifest import Manifest, verify_checkpoint
 from accel_checkpoint.rank_writers import OBJECTS_KEY, dist_info, gather
 from accel_checkpoint.saving import DATA_NAME, rng_name
 
-__all__ = ["FULL_STATE_LAYOUTS", "StateReader", "loads_across", "load_across_layouts"]
+__all__ = ["FULL_STATE_LAYOUTS", "StateReader", "full_state_reader", "loads_across",
+           "load_across_layouts"]
 
 #: Layouts whose models and optimizers can be read as, and loaded from, full state dicts.
 FULL_STATE_LAYOUTS = ("replicated", "sharded")
@@ -61,12 +67,35 @@ _DATA_FILE = "_data.json"  # where the per-rank protocol keeps the plain data
 _SHOWN = 5
 
 
+def full_state_reader(layout: str) -> StateReader | None:
+    """The :data:`StateReader` of the per-rank writer registered as ``layout`` when it has
+    ``full_states`` (see ``accel_state.protocols.RankCheckpointWriter``), else None. It
+    reads only files the manifest lists, each through the hash-checked reader."""
+    writer = registered_writer(layout) if layout not in FULL_STATE_LAYOUTS else None
+    full_states = getattr(writer, "full_states", None)
+    if full_states is None:
+        return None
+
+    def read(path: Path, manifest: Manifest, names: list[str],
+             owners: dict[str, str]) -> dict[str, Any]:
+        try:
+            return full_states(path, names, owners, set(manifest.files),
+                               verified_reader(path, manifest.files))
+        except ConfigurationError as exc:  # the writer's refusal, a checkpoint's problem here
+            raise CheckpointError(str(exc)) from None
+
+    return read
+
+
 def loads_across(saved: str, expected: str, readable: tuple[str, ...] = ()) -> bool:
     """Whether a checkpoint of layout ``saved`` loads into models saved as ``expected``
-    (another layout) through full state dicts; ``readable``: layouts a
-    :data:`StateReader` is given for."""
-    return (saved != expected and saved in (*FULL_STATE_LAYOUTS, *readable)
-            and expected in FULL_STATE_LAYOUTS)
+    (another layout) through full state dicts: the full-state layouts, a registered writer
+    with ``full_states`` (:func:`full_state_reader`), and ``readable`` (layouts the caller
+    gives a :data:`StateReader` for)."""
+    if saved == expected or expected not in FULL_STATE_LAYOUTS:
+        return False
+    return (saved in (*FULL_STATE_LAYOUTS, *readable)
+            or full_state_reader(saved) is not None)
 
 
 class _Checked:
@@ -275,12 +304,14 @@ def load_across_layouts(path: str | Path, objects: Mapping[str, Any], *, rng: bo
     anything is read (``verify`` is always ``"full"``); ``prepare(path)`` runs after the
     checks and may still fill ``objects`` (a dict). ``trust_pickles`` is not needed:
     neither layout unpickles code. ``read_states`` reads the models and optimizers of
-    another layout (a strategy's own writer's), after the same checks. A refused load
-    changes nothing.
+    another layout (a strategy's own writer's), after the same checks; by default the
+    registered writer's (:func:`full_state_reader`). A refused load changes nothing.
     """
     path = Path(path)
     rank, world, on = dist_info()
     manifest = verify_checkpoint(path, deep=False, manifest=manifest)
+    if manifest.layout not in FULL_STATE_LAYOUTS and read_states is None:
+        read_states = full_state_reader(manifest.layout)
     if manifest.layout not in FULL_STATE_LAYOUTS and read_states is None:
         raise CheckpointError(f"{path} is a {manifest.layout!r} checkpoint: only "
                               f"{' and '.join(FULL_STATE_LAYOUTS)} ones load across layouts "

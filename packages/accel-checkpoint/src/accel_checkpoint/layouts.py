@@ -36,7 +36,7 @@ from accel_checkpoint.manager import LoadedCheckpoint, PendingSave, load_checkpo
 from accel_checkpoint.manifest import Manifest
 
 __all__ = ["CHECKPOINT_LAYOUTS", "REPLICATED_LAYOUT", "CheckpointLayout", "ReplicatedLayout",
-           "PerRankLayout", "resolve_layout", "split_objects"]
+           "PerRankLayout", "resolve_layout", "registered_writer", "split_objects"]
 
 #: ``manifest.json`` ``layout`` of the rank-0 format.
 REPLICATED_LAYOUT = "replicated"
@@ -255,6 +255,16 @@ class PerRankLayout(CheckpointLayout):
 
     def __repr__(self) -> str:
         return f"PerRankLayout({self.writer!r})"
+
+
+def registered_writer(name: str) -> Any | None:
+    """The :class:`~accel_state.protocols.RankCheckpointWriter` registered as layout
+    ``name`` (for what it can do without a run of its own: ``full_states``,
+    ``load_refusals``), or None when no per-rank writer is registered under that name."""
+    if name not in CHECKPOINT_LAYOUTS:
+        return None
+    layout = resolve_layout(name)
+    return layout.writer if isinstance(layout, PerRankLayout) else None
 
 
 def resolve_layout(spec: Any) -> CheckpointLayout:

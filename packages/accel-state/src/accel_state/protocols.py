@@ -79,7 +79,16 @@ class RankCheckpointWriter(Protocol):
     Optional: ``full_state_dict(model) -> dict`` (the model's full state dict on the main
     process, ``{}`` elsewhere; a collective) for ``Accelerator.get_state_dict`` /
     ``save_model``; without it torch's ``get_model_state_dict(full_state_dict=True,
-    cpu_offload=True)`` is used.
+    cpu_offload=True)`` is used. ``full_states(path, names, owners, listed, read) ->
+    {name: full state}``: the saved objects ``names`` as full states (models as state
+    dicts, optimizers keyed by parameter name or position; ``owners``: optimizer name ->
+    its model's name), read only from files in ``listed`` (the manifest's, relative POSIX
+    paths) through ``read(path) -> bytes`` (hash-checked) — with it, a checkpoint of this
+    layout loads into models of the full-state layouts (``accel_checkpoint.across_layouts``;
+    the writer must then be registered, callable without arguments, in the
+    ``accel.checkpoint_layouts`` entry-point group). ``load_refusals``: ``{saved layout:
+    message}`` for checkpoints of other layouts this writer's models cannot load, the
+    message formatted with ``path``, ``world`` and ``saved``.
     """
 
     layout: str

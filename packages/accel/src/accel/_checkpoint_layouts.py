@@ -6,23 +6,27 @@ with accel-checkpoint, or a ``RankCheckpointWriter`` of its own); accel-checkpoi
 registry turns it into a :class:`~accel_checkpoint.layouts.CheckpointLayout`, whose
 methods the checkpoint functions call without asking which layout it is. A checkpoint of
 another layout loads when accel-checkpoint can carry it across through full state dicts
-(``"sharded"`` <-> ``"replicated"``: :mod:`accel_checkpoint.across_layouts`; a DeepSpeed
-ZeRO-1/2 checkpoint into either, its partitions read by accel-parallel); any other pair is
-refused, naming both layouts and the fix.
+(``"sharded"`` <-> ``"replicated"``: :mod:`accel_checkpoint.across_layouts`; a registered
+writer's checkpoint with ``full_states`` into either, e.g. DeepSpeed ZeRO-1/2, whose
+partitions accel-parallel's writer reads); any other pair is refused, naming both layouts
+and the fix (the writer's own ``load_refusals`` where it has them).
 """
 
 from __future__ import annotations
 
-import functools
 import os
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
-from accel_checkpoint.across_layouts import StateReader, load_across_layouts, loads_across
+from accel_checkpoint.across_layouts import load_across_layouts, loads_across
 from accel_checkpoint.errors import CheckpointError
-from accel_checkpoint.layouts import CHECKPOINT_LAYOUTS, CheckpointLayout, resolve_layout
+from accel_checkpoint.layouts import (
+    CHECKPOINT_LAYOUTS,
+    CheckpointLayout,
+    registered_writer,
+    resolve_layout,
+)
 from accel_checkpoint.manifest import Manifest
 from accel_state.errors import ConfigurationError
 
@@ -43,56 +47,6 @@ def checkpoint_layout(accelerator: Any,
     return resolve_layout(choose(list(accelerator._models if models is None else models)))
 
 
-# Specific advice for the pairs that cannot load across; any other pair gets the
-# general message.
-_INTO_DEEPSPEED = (
-    "{path} is a {saved} checkpoint (saved by {world} process(es)), but the prepared models "
-    "are DeepSpeed engines, which load only DeepSpeed's own checkpoints. Load its weights "
-    "into the model before accelerator.prepare ({how}; the optimizer state then starts "
-    "afresh), or prepare the models without DeepSpeed to resume it whole.")
-_ADVICE = {
-    ("replicated", "deepspeed"): _INTO_DEEPSPEED.replace(
-        "{how}", "load_checkpoint_in_model(model, '{path}')"),
-    ("sharded", "deepspeed"): _INTO_DEEPSPEED.replace(
-        "{how}", "`accel merge-weights {path} OUT`, then load_checkpoint_in_model(model, OUT)"),
-}
-
-
-def _deepspeed_states(path: Path, manifest: Manifest, names: list[str],
-                      owners: dict[str, str]) -> dict[str, Any]:
-    """The full states of a DeepSpeed checkpoint's engines (accel-parallel reads ZeRO's
-    partitions), only from files its manifest lists, each unpickled from the very bytes
-    that were hash-checked as they were read."""
-    from accel_checkpoint.hashing import verified_reader
-    from accel_parallel.deepspeed.checkpoint import DEEPSPEED_DIR
-    from accel_parallel.deepspeed.states import read_zero_full_states
-
-    read: dict[str, Any] = {}
-    states: dict[str, Any] = {}
-    for name in names:
-        tag = owners.get(name, name)  # an optimizer is saved with its model's engine
-        if tag not in read:
-            folder = path / DEEPSPEED_DIR / tag
-            if not folder.is_dir():
-                raise CheckpointError(f"{path} holds no DeepSpeed checkpoint for {tag!r} (no "
-                                      f"{DEEPSPEED_DIR}/{tag}/): load it with the models "
-                                      "named as when it was saved.")
-            unlisted = sorted(p.name for p in folder.iterdir() if p.is_file()
-                              and p.relative_to(path).as_posix() not in manifest.files)
-            if unlisted:
-                raise CheckpointError(f"{folder} holds files its manifest does not list "
-                                      f"({', '.join(unlisted[:5])}): remove them.")
-            read[tag] = read_zero_full_states(folder, verified_reader(path, manifest.files))
-        weights, optimizer = read[tag]
-        if name not in owners:
-            states[name] = weights
-        elif optimizer is not None:
-            states[name] = optimizer
-    return states
-
-
-# Layouts of a strategy's own writer whose full states accel reads for other models.
-_READERS: dict[str, StateReader] = {"deepspeed": _deepspeed_states}
 _GENERAL = (
     "{path} is a {saved!r} checkpoint (saved by {world} process(es)), but the prepared "
     "models are saved in the {expected!r} layout by this run's strategy. Prepare the models "
@@ -106,10 +60,11 @@ def check_layout(saved: str, world_size: int, expected: str,
     for models saved in layout ``expected`` unless it loads into them (the same layout,
     or one carried across by :func:`~accel_checkpoint.across_layouts.loads_across`),
     saying the fix."""
-    if saved == expected or loads_across(saved, expected, tuple(_READERS)):
+    if saved == expected or loads_across(saved, expected):
         return
-    advice = _ADVICE.get((saved, expected))
-    if advice is not None:  # a layout of a strategy's own writer (DeepSpeed's) included
+    # a registered writer's own advice for what its models cannot load (DeepSpeed's)
+    advice = getattr(registered_writer(expected), "load_refusals", {}).get(saved)
+    if advice is not None:
         raise CheckpointError(advice.format(path=path, world=world_size, saved=saved))
     if saved not in CHECKPOINT_LAYOUTS:
         known = ", ".join(repr(n) for n in CHECKPOINT_LAYOUTS.names())
@@ -131,4 +86,4 @@ def layout_loader(layout: CheckpointLayout, manifest: Manifest,
     check_layout(manifest.layout, manifest.world_size, layout.name, path)
     if manifest.layout == layout.name:
         return layout.load
-    return functools.partial(load_across_layouts, read_states=_READERS.get(manifest.layout))
+    return load_across_layouts

@@ -125,6 +125,13 @@ def _check_partitions(path: Path, folder: Path, engine: Any, with_optimizer: boo
         "state then starts afresh).")
 
 
+_INTO_ENGINES = (
+    "{path} is a {saved} checkpoint (saved by {world} process(es)), but the prepared models "
+    "are DeepSpeed engines, which load only DeepSpeed's own checkpoints. Load its weights "
+    "into the model before accelerator.prepare ({how}; the optimizer state then starts "
+    "afresh), or prepare the models without DeepSpeed to resume it whole.")
+
+
 class DeepSpeedWriter:
     """Saves and loads DeepSpeed engines: the DeepSpeed strategy's, by plugin name (the
     strategy's live mapping, so engines prepared later are seen; the writer needs nothing
@@ -137,9 +144,14 @@ class DeepSpeedWriter:
     bytes that were hash-checked, not the file opened again."""
     loads_non_strict = True
     """``load`` takes ``non_strict=`` (entry names: ``load_module_strict=False``)."""
+    load_refusals = {saved: _INTO_ENGINES.replace("{how}", how) for saved, how in (
+        ("replicated", "load_checkpoint_in_model(model, '{path}')"),
+        ("sharded", "`accel merge-weights {path} OUT`, then load_checkpoint_in_model(model, OUT)"))}
+    """What a checkpoint of another layout gets instead of a load into DeepSpeed engines."""
 
-    def __init__(self, engines: Mapping[str, Any]) -> None:
-        self.engines = engines
+    def __init__(self, engines: Mapping[str, Any] | None = None) -> None:
+        # no engines: the writer registered for reading (full_states) only
+        self.engines = engines if engines is not None else {}
 
     def _engine_of(self, obj: Any) -> Any | None:
         for engine in self.engines.values():
@@ -242,6 +254,39 @@ class DeepSpeedWriter:
         if rank != 0:
             return {}
         return {k: v.detach().to("cpu", copy=True) for k, v in engine.module.state_dict().items()}
+
+    def full_states(self, path: Path, names: list[str], owners: Mapping[str, str],
+                    listed: set[str], read: VerifiedRead) -> dict[str, Any]:
+        """The full states of the saved engines' objects ``names`` (ZeRO's partitions joined
+        by :func:`~accel_parallel.deepspeed.states.read_zero_full_states`), for models that
+        are not DeepSpeed engines: only from files in ``listed``, each unpickled from the
+        bytes ``read`` hash-checked. An optimizer is saved with its model's engine
+        (``owners``: optimizer name -> model name)."""
+        from accel_parallel.deepspeed.states import read_zero_full_states
+
+        read_tags: dict[str, Any] = {}
+        states: dict[str, Any] = {}
+        for name in names:
+            tag = owners.get(name, name)
+            if tag not in read_tags:
+                folder = Path(path) / DEEPSPEED_DIR / tag
+                if not folder.is_dir():
+                    raise ConfigurationError(
+                        f"{path} holds no DeepSpeed checkpoint for {tag!r} (no "
+                        f"{DEEPSPEED_DIR}/{tag}/): load it with the models named as when "
+                        "it was saved.")
+                unlisted = sorted(p.name for p in folder.iterdir() if p.is_file()
+                                  and p.relative_to(path).as_posix() not in listed)
+                if unlisted:
+                    raise ConfigurationError(f"{folder} holds files its manifest does not "
+                                             f"list ({', '.join(unlisted[:5])}): remove them.")
+                read_tags[tag] = read_zero_full_states(folder, read)
+            weights, optimizer = read_tags[tag]
+            if name not in owners:
+                states[name] = weights
+            elif optimizer is not None:
+                states[name] = optimizer
+        return states
 
     def __repr__(self) -> str:
         return f"DeepSpeedWriter(engines={list(self.engines)})"
