@@ -166,3 +166,17 @@ def test_utils_submodules_are_attributes_after_importing_accel_utils():
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("name", ["ACCELERATE_USE_MEGATRON_LM", "ACCEL_USE_MEGATRON_LM"])
+def test_the_megatron_switch_in_the_environment_is_refused_naming_it(monkeypatch, name):
+    """Accelerate builds a MegatronLMPlugin from ACCELERATE_USE_MEGATRON_LM=true; accel
+    refuses it (it used to be ignored), and a false value changes nothing."""
+    from accel import Accelerator
+
+    monkeypatch.setenv(name, "false")
+    Accelerator(cpu=True)
+    monkeypatch.setenv(name, "true")
+    with pytest.raises(ConfigurationError, match=f"{name}=true asks for Megatron-LM.*"
+                                                 "ParallelismConfig"):
+        Accelerator(cpu=True)

@@ -35,6 +35,7 @@ from accel_state import (
     InitProcessGroupKwargs,
     KwargsHandler,
     PartialState,
+    env,
 )
 
 from accel._profiling import ProfileKwargs
@@ -52,12 +53,19 @@ _MOVED_ARGUMENTS = {
 
 
 def refuse_megatron(plugin: Any) -> None:
-    """Accelerate's ``megatron_lm_plugin``: accepted as None (its default), refused otherwise."""
+    """Accelerate's ``megatron_lm_plugin``: accepted as None (its default), refused otherwise,
+    as is ``ACCELERATE_USE_MEGATRON_LM`` (from which Accelerate would build one)."""
     if plugin is not None:
         raise ConfigurationError(
             f"Accelerator(megatron_lm_plugin={plugin!r}) is not supported: accel runs tensor "
             "and pipeline parallelism with torch's own, on one mesh; pass "
             "parallelism_config=ParallelismConfig(tp_size=..., ...) instead.")
+    found = env.USE_MEGATRON_LM.raw()
+    if found is not None and env.USE_MEGATRON_LM.get_bool():
+        raise ConfigurationError(
+            f"{found[0]}={found[1]} asks for Megatron-LM, which accel does not run: "
+            "it runs tensor and pipeline parallelism with torch's own, on one mesh. Unset the "
+            "variable and pass parallelism_config=ParallelismConfig(tp_size=..., ...) instead.")
 
 
 def reject_unknown_arguments(unknown: dict[str, Any], init: Callable[..., Any]) -> None:

@@ -9,6 +9,9 @@ from accel_state.env._core import _var
 # argument always wins. `accel launch` (and Accelerate's launcher) write the FSDP_* names.
 USE_FSDP = _var("ACCEL_USE_FSDP", "1 to train with FSDP2 (fully_shard). Set by `accel launch "
                 "--use_fsdp`.", "ACCELERATE_USE_FSDP")
+USE_MEGATRON_LM = _var("ACCEL_USE_MEGATRON_LM", "Accelerate's switch for its Megatron-LM plugin: "
+                      "refused when true (accel runs tensor and pipeline parallelism with "
+                      "torch's own: ParallelismConfig).", "ACCELERATE_USE_MEGATRON_LM")
 FSDP_VERSION = _var("ACCEL_FSDP_VERSION", "1 or 2 (default 2). Both run as FSDP2; 1 is "
                     "accepted for Accelerate configs and converted.", "FSDP_VERSION")
 FSDP_SHARDING_STRATEGY = _var(
