@@ -8,9 +8,10 @@ import pytest
 pytestmark = pytest.mark.multiprocess
 
 
-def test_accelerate_checkpoints_restore_everything_on_each_rank(explain, launch, scripts):
-    proc = launch("--cpu", "--num_processes", "2",
-                  str(scripts / "accelerate_checkpoint_load.py"))
+@pytest.mark.shared_launch("accelerate_checkpoint_load.py")
+def test_accelerate_checkpoints_restore_everything_on_each_rank(explain, shared_launch):
+    # 2 processes, in the launch shared with other check scripts (conftest's shared_launch)
+    proc = shared_launch
     assert proc.returncode == 0, explain(proc)
     for kind in ("safetensors", "bin"):
         assert proc.stdout.count(f"ok {kind}\n") == 2, explain(proc)

@@ -2,9 +2,10 @@
 Accelerate's own suite launches (found with ``path_in_accelerate_package``), pass on 2 CPU
 processes, and on one where Accelerate's suite runs them on one.
 
-One 2-process launch per script (test_script's is `accel test`'s, in test_launch_elastic.py);
-the one-process runs of test_sync and test_ops run in this process (test_script's is
-`accel test`'s, in test_selftest_configs.py).
+Their 2-process runs are in the launch shared with other check scripts (conftest's
+``shared_launch``: each script as ``__main__``, its own output read back; test_script's
+launch is `accel test`'s, in test_launch_elastic.py); the one-process runs of test_sync and
+test_ops run in this process (test_script's is `accel test`'s, in test_selftest_configs.py).
 A script that fails exits non-zero, which these tests check along with what it printed.
 """
 
@@ -38,9 +39,10 @@ EXPECTED = {
 # the same lines; its 1-process runs are in test_selftest_configs.py
 
 
-@pytest.mark.parametrize("name", list(EXPECTED))
-def test_a_bundled_script_passes_on_two_processes(name, launch, explain, tmp_path):
-    proc = launch("--cpu", "--num_processes", "2", str(_script(name)), timeout=420)
+@pytest.mark.parametrize("name", [
+    pytest.param(name, marks=pytest.mark.shared_launch(str(_script(name)))) for name in EXPECTED])
+def test_a_bundled_script_passes_on_two_processes(name, shared_launch, explain):
+    proc = shared_launch
     assert proc.returncode == 0, explain(proc, tail=6000)
     for line in EXPECTED[name]:
         assert line in proc.stdout, f"{line!r} not printed\n" + explain(proc, tail=2000)

@@ -36,10 +36,11 @@ def test_exact_resume_in_one_process(run_here, scripts, tmp_path, capsys):
         "checkpoint_1", "checkpoint_2"]
 
 
-def test_exact_resume_in_two_processes_with_async_save_and_main_only_save(explain, launch, scripts,
-                                                                         tmp_path):
-    proc = launch("--cpu", "--num_processes", "2", str(scripts / "checkpoint_resume.py"),
-                  str(tmp_path), "--async-save")
+@pytest.mark.shared_launch("checkpoint_resume.py", "{out}", "--async-save")
+def test_exact_resume_in_two_processes_with_async_save_and_main_only_save(explain,
+                                                                         shared_launch):
+    # 2 processes, in the launch shared with other check scripts (conftest's shared_launch)
+    proc, tmp_path = shared_launch, shared_launch.out
     assert proc.returncode == 0, explain(proc)
     for rank in (0, 1):
         assert f"RESUME rank={rank} exact=True" in proc.stdout, explain(proc)

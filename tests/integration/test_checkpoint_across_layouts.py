@@ -1,6 +1,7 @@
 """Checkpoints load across layouts and world sizes (scripts/checkpoint_across_layouts.py).
 
-One launch of 2 processes: a DDP (replicated) checkpoint into FSDP2 models and the FSDP2
+One run in 2 processes (in the launch it shares with other check scripts: conftest's
+shared_launch): a DDP (replicated) checkpoint into FSDP2 models and the FSDP2
 (sharded) one back into DDP models, weights, Adam's state and the scheduler equal to the
 saved ones and the next step equal to the unbroken run's; a damaged shard and a model of
 another shape refused with nothing changed. Then, in this process (a world of one), the
@@ -15,10 +16,11 @@ import pytest
 pytestmark = pytest.mark.multiprocess
 
 
-def test_ddp_and_fsdp2_checkpoints_load_into_each_other(explain, launch, run_here, scripts,
-                                                        tmp_path, capsys):
+@pytest.mark.shared_launch("checkpoint_across_layouts.py", "save", "{out}")
+def test_ddp_and_fsdp2_checkpoints_load_into_each_other(explain, shared_launch, run_here,
+                                                        scripts, capsys):
     script = scripts / "checkpoint_across_layouts.py"
-    proc = launch("--cpu", "--num_processes", "2", str(script), "save", str(tmp_path))
+    proc, tmp_path = shared_launch, shared_launch.out
     assert proc.returncode == 0, explain(proc)
     for rank in (0, 1):
         for line in (f"DDP-INTO-FSDP rank={rank} layout=replicated changed=True equal=True "

@@ -2,7 +2,8 @@
 rank's files, corruption refused on every rank, a failure on one rank commits nothing)
 and the Accelerator saving through the writer its strategy hands over.
 
-One launch (see scripts/checkpoint_per_rank.py); single-process cases are in
+One run (see scripts/checkpoint_per_rank.py, in the launch it shares with other check
+scripts: conftest's shared_launch); single-process cases are in
 packages/accel-checkpoint/tests/test_per_rank.py and test_checkpoint_layouts.py.
 """
 
@@ -13,11 +14,11 @@ import pytest
 pytestmark = pytest.mark.multiprocess
 
 
-def test_custom_writer_in_two_processes(explain, launch, scripts, tmp_path):
+@pytest.mark.shared_launch("checkpoint_per_rank.py", "{out}")
+def test_custom_writer_in_two_processes(explain, shared_launch):
     from accel_checkpoint.manifest import verify_checkpoint
 
-    proc = launch("--cpu", "--num_processes", "2", str(scripts / "checkpoint_per_rank.py"),
-                  str(tmp_path))
+    proc, tmp_path = shared_launch, shared_launch.out
     assert proc.returncode == 0, explain(proc)
     for rank in (0, 1):
         assert (f"PER-RANK rank={rank} own=True listed=True world=2 layout=test-safetensors "

@@ -214,9 +214,10 @@ def test_register_for_checkpointing_raises_valueerror_as_accelerate():
 
 
 @pytest.mark.multiprocess
-def test_every_rank_refuses_a_bad_target_and_saving_goes_on(explain, launch, scripts, tmp_path):
-    proc = launch("--cpu", "--num_processes", "2", str(scripts / "checkpoint_targets.py"),
-                  str(tmp_path))
+@pytest.mark.shared_launch("checkpoint_targets.py", "{out}")
+def test_every_rank_refuses_a_bad_target_and_saving_goes_on(explain, shared_launch):
+    # 2 processes, in the launch shared with other check scripts (conftest's shared_launch)
+    proc, tmp_path = shared_launch, shared_launch.out
     assert proc.returncode == 0, explain(proc)
     for rank in (0, 1):
         assert f"REFUSED rank={rank} kind=CheckpointExistsError kept=True" in proc.stdout, \

@@ -1,6 +1,7 @@
 """Sharded (DCP) checkpoints of an FSDP2 model in 2 processes, then `accel merge-weights`.
 
-One launch (see scripts/checkpoint_sharded.py): exact resume from a sharded checkpoint,
+One run (see scripts/checkpoint_sharded.py, in the launch it shares with other check scripts:
+conftest's shared_launch): exact resume from a sharded checkpoint,
 a corrupted shard refused on every rank naming the file, also when it is damaged after the
 verification pass (no rank's model changes); then this process merges the
 checkpoint with the CLI (no process group) and compares with the full state dict the run
@@ -17,13 +18,13 @@ pytestmark = pytest.mark.multiprocess
 
 
 
-def test_fsdp2_sharded_resume_corruption_and_merge(explain, launch, scripts, tmp_path, capsys):
+@pytest.mark.shared_launch("checkpoint_sharded.py", "{out}")
+def test_fsdp2_sharded_resume_corruption_and_merge(explain, shared_launch, capsys):
     from accel_checkpoint.manifest import verify_checkpoint
     from accel_launch.cli import main
     from safetensors.torch import load_file
 
-    proc = launch("--cpu", "--num_processes", "2", str(scripts / "checkpoint_sharded.py"),
-                  str(tmp_path))
+    proc, tmp_path = shared_launch, shared_launch.out
     assert proc.returncode == 0, explain(proc)
     for rank in (0, 1):
         assert f"SHARDED-RESUME rank={rank} exact=True lr=True" in proc.stdout, explain(proc)

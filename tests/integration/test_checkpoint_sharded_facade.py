@@ -1,6 +1,7 @@
 """Accelerator.save_state/load_state with an FSDP2 model in 2 processes (sharded layout).
 
-One launch (see scripts/checkpoint_sharded_facade.py): exact resume through the facade
+One run (see scripts/checkpoint_sharded_facade.py, in the launch it shares with other check
+scripts: conftest's shared_launch): exact resume through the facade
 with dropout, a shuffled dataloader, an LR scheduler and a registered object; a save
 pre-hook's files committed; async_save warned and saved synchronously; rotation; an
 unsharded model loads it (across layouts). Then this process checks the committed
@@ -15,11 +16,11 @@ pytestmark = pytest.mark.multiprocess
 
 
 
-def test_fsdp2_save_state_load_state(explain, launch, scripts, tmp_path):
+@pytest.mark.shared_launch("checkpoint_sharded_facade.py", "{out}")
+def test_fsdp2_save_state_load_state(explain, shared_launch):
     from accel_checkpoint.manifest import verify_checkpoint
 
-    proc = launch("--cpu", "--num_processes", "2", str(scripts / "checkpoint_sharded_facade.py"),
-                  str(tmp_path))
+    proc, tmp_path = shared_launch, shared_launch.out
     assert proc.returncode == 0, explain(proc)
     for rank in (0, 1):
         assert (f"FACADE-RESUME rank={rank} exact=True state=True hook=True async_warned=True "

@@ -1,11 +1,14 @@
 """Every script in examples/ runs, as its docstring says, and shows what it claims.
 
 Distributed workflows start 2 CPU processes through `accel launch` (the commands in the
-examples' docstrings); single-process ones run as `python` runs them (``__main__``), in the
-test's own process (an interpreter that imports torch less). quickstart.py and
-fsdp.py are run by test_multiprocess.py and test_fsdp.py. One launch per example, except
-checkpointing (an uninterrupted run, then a resume in new processes) and multi_node (two
-launchers, one per "machine", at the same time).
+examples' docstrings). Most share one launch with other check scripts (conftest's
+``shared_launch``: each runs as ``__main__``, with fresh state singletons, and its own
+output is read back); checkpointing (an uninterrupted run, then a resume in new
+processes), deepspeed_zero (DeepSpeed's environment) and multi_node (two launchers, one
+per "machine", at the same time) have launches of their own. Single-process examples run
+as `python` runs them (``__main__``), in the test's own process (an interpreter that
+imports torch less). quickstart.py and fsdp.py are run by test_multiprocess.py and
+test_fsdp.py.
 """
 
 from __future__ import annotations
@@ -68,8 +71,9 @@ def test_mixed_precision_example_computes_in_bf16_and_keeps_fp32_weights(run_her
     assert abs(losses[-1] - twins[-1]) < 0.05 * twins[-1], out  # bf16 trains like fp32
 
 
-def test_gradient_accumulation_example_matches_the_large_batch() -> None:
-    proc = _launch("gradient_accumulation.py")
+@pytest.mark.shared_launch("examples/gradient_accumulation.py")
+def test_gradient_accumulation_example_matches_the_large_batch(shared_launch) -> None:
+    proc = shared_launch
     assert proc.returncode == 0, _explain(proc)
     assert "batches per process: 16, optimizer steps: 4" in proc.stdout, _explain(proc)
     assert "same weights as 4 steps on batches of 64: True" in proc.stdout, _explain(proc)
@@ -94,9 +98,12 @@ def test_checkpointing_example_resumes_bit_for_bit(tmp_path: Path) -> None:
     assert not re.search(r"^step [1-6] ", resumed.stdout, re.M), resumed.stdout
 
 
-def test_tracking_example_writes_one_run_from_two_processes(tmp_path: Path) -> None:
-    tracker = "both" if importlib.util.find_spec("tensorboard") else "jsonl"
-    proc = _launch("tracking.py", "--project-dir", str(tmp_path), "--tracker", tracker)
+TRACKER = "both" if importlib.util.find_spec("tensorboard") else "jsonl"
+
+
+@pytest.mark.shared_launch("examples/tracking.py", "--project-dir", "{out}", "--tracker", TRACKER)
+def test_tracking_example_writes_one_run_from_two_processes(shared_launch) -> None:
+    proc, tmp_path, tracker = shared_launch, shared_launch.out, TRACKER
     assert proc.returncode == 0, _explain(proc)
     assert proc.stdout.count("logged 12 steps") == 1, _explain(proc)
     lines = [json.loads(line) for line in (tmp_path / "example.jsonl").read_text().splitlines()]
@@ -138,8 +145,9 @@ def test_multi_node_example_on_two_local_machines() -> None:
     assert _floats(r"epoch \d: loss (\d+\.\d+)", outs[1]) == losses, outs
 
 
-def test_tensor_parallel_example_trains_a_split_model() -> None:
-    proc = _launch("tensor_parallel.py", "--epochs", "3")
+@pytest.mark.shared_launch("examples/tensor_parallel.py", "--epochs", "3")
+def test_tensor_parallel_example_trains_a_split_model(shared_launch) -> None:
+    proc = shared_launch
     assert proc.returncode == 0, _explain(proc)
     assert "tp=2" in proc.stdout and "tp rank 0" in proc.stdout, _explain(proc)
     losses = _floats(r"epoch \d loss (\d+\.\d+)", proc.stdout)
@@ -147,8 +155,9 @@ def test_tensor_parallel_example_trains_a_split_model() -> None:
     assert "full weight of blocks.0.up: (128, 32)" in proc.stdout  # gathered, not a shard
 
 
-def test_sequence_parallel_example_trains_on_sequence_shards() -> None:
-    proc = _launch("sequence_parallel.py", "--epochs", "3")
+@pytest.mark.shared_launch("examples/sequence_parallel.py", "--epochs", "3")
+def test_sequence_parallel_example_trains_on_sequence_shards(shared_launch) -> None:
+    proc = shared_launch
     assert proc.returncode == 0, _explain(proc)
     losses = _floats(r"epoch \d loss (\d+\.\d+)", proc.stdout)
     assert len(losses) == 3 and losses[-1] < losses[0], proc.stdout
@@ -157,8 +166,11 @@ def test_sequence_parallel_example_trains_on_sequence_shards() -> None:
     assert "sp rank 1: shard of (8, 32) tokens, positions 32..63" in proc.stdout, proc.stdout
 
 
-def test_pipeline_parallel_example_trains_in_stages_and_gathers_the_model() -> None:
-    proc = _launch("pipeline_parallel.py", "--epochs", "3", "--schedule", "interleaved_1f1b")
+@pytest.mark.shared_launch("examples/pipeline_parallel.py", "--epochs", "3", "--schedule",
+                           "interleaved_1f1b")
+def test_pipeline_parallel_example_trains_in_stages_and_gathers_the_model(shared_launch
+                                                                          ) -> None:
+    proc = shared_launch
     assert proc.returncode == 0, _explain(proc)
     losses = _floats(r"epoch \d loss (\d+\.\d+)", proc.stdout)
     assert len(losses) == 3 and losses[-1] < losses[0] / 2, proc.stdout

@@ -14,9 +14,10 @@ CHECKS = ("check_trigger", "trigger_sync_in_backward", "profile", "device_map re
           "topology")
 
 
-def test_facade_methods_across_two_processes(explain, launch, scripts, tmp_path):
-    proc = launch("--cpu", "--num_processes", "2", str(scripts / "facade_methods.py"),
-                  str(tmp_path))
+@pytest.mark.shared_launch("facade_methods.py", "{out}")
+def test_facade_methods_across_two_processes(explain, shared_launch):
+    # 2 processes, in the launch shared with other check scripts (conftest's shared_launch)
+    proc, tmp_path = shared_launch, shared_launch.out
     assert proc.returncode == 0, explain(proc)
     for check in CHECKS:
         assert proc.stdout.count(f"ok {check}\n") == 2, explain(proc)  # both ranks

@@ -35,10 +35,11 @@ def test_accelerate_use_fsdp_selects_fsdp_from_the_environment(monkeypatch):
 
 
 @pytest.mark.multiprocess
-def test_fsdp_matches_ddp_checkpoints_and_reshards(explain, launch, run_here, scripts, tmp_path,
-                                                   capsys):
-    proc = launch("--cpu", "--num_processes", "2", str(scripts / "fsdp_checks.py"),
-                  str(tmp_path))
+@pytest.mark.shared_launch("fsdp_checks.py", "{out}")
+def test_fsdp_matches_ddp_checkpoints_and_reshards(explain, shared_launch, launch, run_here,
+                                                   scripts, capsys):
+    # fsdp_checks.py in the launch shared with other check scripts (conftest's shared_launch)
+    proc, tmp_path = shared_launch, shared_launch.out
     assert proc.returncode == 0, explain(proc)
     assert "FSDP-OK rank=0" in proc.stdout and "FSDP-OK rank=1" in proc.stdout, explain(proc)
     # resharding: the 2-process checkpoint into 1 process, and that one's back into 2
@@ -54,8 +55,10 @@ def test_fsdp_matches_ddp_checkpoints_and_reshards(explain, launch, run_here, sc
 
 
 @pytest.mark.multiprocess
-def test_fsdp_example_trains(explain, launch, repo):
-    proc = launch("--cpu", "--num_processes", "2", str(repo / "examples" / "fsdp.py"))
+@pytest.mark.shared_launch("examples/fsdp.py")
+def test_fsdp_example_trains(explain, shared_launch):
+    # 2 processes, in the launch shared with other check scripts (conftest's shared_launch)
+    proc = shared_launch
     assert proc.returncode == 0, explain(proc)
     losses = [float(line.rsplit(" ", 1)[1]) for line in proc.stdout.splitlines()
               if line.startswith("epoch ")]

@@ -9,9 +9,10 @@ import pytest
 
 
 @pytest.mark.multiprocess
-def test_fsdp_fp16_skips_together_and_fp8_all_gathers(explain, launch, scripts, tmp_path):
-    proc = launch("--cpu", "--num_processes", "2", str(scripts / "fsdp_low_precision.py"),
-                  str(tmp_path / "checkpoint"))
+@pytest.mark.shared_launch("fsdp_low_precision.py", "{out}/checkpoint")
+def test_fsdp_fp16_skips_together_and_fp8_all_gathers(explain, shared_launch):
+    # 2 processes, in the launch shared with other check scripts (conftest's shared_launch)
+    proc = shared_launch
     assert proc.returncode == 0, explain(proc)
     for rank in (0, 1):
         assert f"FSDP-FP16-OK rank={rank}" in proc.stdout, explain(proc)

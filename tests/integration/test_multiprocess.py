@@ -20,8 +20,10 @@ def test_state_helpers_and_collectives_in_two_processes(explain, launch, scripts
     assert "TIMEOUT-APPLIED" in out, explain(proc)
 
 
-def test_quickstart_trains_in_two_processes(explain, launch, repo):
-    proc = launch("--num_processes", "2", "--cpu", str(repo / "examples" / "quickstart.py"))
+@pytest.mark.shared_launch("examples/quickstart.py")
+def test_quickstart_trains_in_two_processes(explain, shared_launch):
+    # 2 processes, in the launch shared with other check scripts (conftest's shared_launch)
+    proc = shared_launch
     assert proc.returncode == 0, explain(proc)
     losses = [float(line.rsplit(" ", 1)[1]) for line in proc.stdout.splitlines()
               if line.startswith("epoch ")]

@@ -7,9 +7,10 @@ import pytest
 pytestmark = pytest.mark.multiprocess
 
 
-def test_prepare_pippy_two_processes_equal_single_process(explain, launch, scripts, tmp_path):
-    proc = launch("--cpu", "--num_processes", "2", str(scripts / "pipeline_inference.py"),
-                  str(tmp_path))
+@pytest.mark.shared_launch("pipeline_inference.py", "{out}")
+def test_prepare_pippy_two_processes_equal_single_process(explain, shared_launch):
+    # 2 processes, in the launch shared with other check scripts (conftest's shared_launch)
+    proc = shared_launch
     assert proc.returncode == 0, explain(proc)
     out = proc.stdout
     assert "EXPLICIT-LAST-OK rank=1" in out and "EXPLICIT-LAST-OK rank=0" not in out, explain(proc)

@@ -47,9 +47,10 @@ def test_unknown_requested_strategy_lists_the_registered_ones(plugins, monkeypat
 
 
 @pytest.mark.multiprocess
-def test_engine_and_topology_strategies_in_two_processes(explain, launch, scripts, tmp_path):
-    proc = launch("--cpu", "--num_processes", "2", str(scripts / "strategy_plugins.py"),
-                  str(tmp_path))
+@pytest.mark.shared_launch("strategy_plugins.py", "{out}")
+def test_engine_and_topology_strategies_in_two_processes(explain, shared_launch):
+    # 2 processes, in the launch shared with other check scripts (conftest's shared_launch)
+    proc = shared_launch
     assert proc.returncode == 0, explain(proc)
     for marker in ("ENGINE-OK", "TOPOLOGY-OK"):
         for rank in (0, 1):

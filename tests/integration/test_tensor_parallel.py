@@ -11,8 +11,10 @@ from accel_state import ConfigurationError
 
 
 @pytest.mark.multiprocess
-def test_tensor_parallel_matches_one_process_and_checkpoints(explain, launch, scripts, tmp_path):
-    proc = launch("--cpu", "--num_processes", "2", str(scripts / "tp_checks.py"), str(tmp_path))
+@pytest.mark.shared_launch("tp_checks.py", "{out}")
+def test_tensor_parallel_matches_one_process_and_checkpoints(explain, shared_launch):
+    # 2 processes, in the launch shared with other check scripts (conftest's shared_launch)
+    proc = shared_launch
     assert proc.returncode == 0, explain(proc)
     assert "TP-OK rank=0" in proc.stdout and "TP-OK rank=1" in proc.stdout, explain(proc)
 

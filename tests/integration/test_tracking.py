@@ -122,7 +122,9 @@ def test_no_trackers_means_blank_tracker_and_no_sdk_import():
 
 
 @pytest.mark.multiprocess
-def test_two_processes_make_one_run_per_tracker(explain, launch, scripts, tmp_path, monkeypatch):
+@pytest.mark.shared_launch("tracking_run.py", "{out}",
+                           env={"WANDB_MODE": "offline", "WANDB_SILENT": "true"})
+def test_two_processes_make_one_run_per_tracker(explain, shared_launch):
     for module in ("tensorboard", "wandb", "mlflow"):
         pytest.importorskip(module)
     from accel_tracking.testing import (
@@ -131,10 +133,8 @@ def test_two_processes_make_one_run_per_tracker(explain, launch, scripts, tmp_pa
         read_wandb_offline_runs,
     )
 
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.setenv("WANDB_SILENT", "true")
-    proc = launch("--cpu", "--num_processes", "2", str(scripts / "tracking_run.py"),
-                  str(tmp_path))
+    # 2 processes, in the launch shared with other check scripts (conftest's shared_launch)
+    proc, tmp_path = shared_launch, shared_launch.out
     assert proc.returncode == 0, explain(proc, tail=6000)
     out = proc.stdout
     assert "TRACKING-OK rank=0" in out and "TRACKING-OK rank=1" in out, explain(proc, tail=6000)
