@@ -3,9 +3,9 @@
 Distributed workflows start 2 CPU processes through `accel launch` (the commands in the
 examples' docstrings). Most share one launch with other check scripts (conftest's
 ``shared_launch``: each runs as ``__main__``, with fresh state singletons, and its own
-output is read back); checkpointing (an uninterrupted run, then a resume in new
-processes), deepspeed_zero (DeepSpeed's environment) and multi_node (two launchers, one
-per "machine", at the same time) have launches of their own. Single-process examples run
+output is read back), checkpointing's uninterrupted run too (its resume runs in new
+processes, a launch of its own); deepspeed_zero (DeepSpeed's environment) and multi_node
+(two launchers, one per "machine", at the same time) have launches of their own. Single-process examples run
 as `python` runs them (``__main__``), in the test's own process (an interpreter that
 imports torch less). quickstart.py and fsdp.py are run by test_multiprocess.py and
 test_fsdp.py.
@@ -79,9 +79,11 @@ def test_gradient_accumulation_example_matches_the_large_batch(shared_launch) ->
     assert "same weights as 4 steps on batches of 64: True" in proc.stdout, _explain(proc)
 
 
-def test_checkpointing_example_resumes_bit_for_bit(tmp_path: Path) -> None:
+@pytest.mark.shared_launch("examples/checkpointing.py", "--checkpoint-dir", "{out}/ckpt")
+def test_checkpointing_example_resumes_bit_for_bit(shared_launch) -> None:
+    # the uninterrupted run in the shared launch, the resume in new processes of its own
+    full, tmp_path = shared_launch, shared_launch.out
     folder = str(tmp_path / "ckpt")
-    full = _launch("checkpointing.py", "--checkpoint-dir", folder)
     assert full.returncode == 0, _explain(full)
     assert f"saved step 6 to {folder}" in full.stdout, _explain(full)
     assert (tmp_path / "ckpt" / "manifest.json").is_file()
