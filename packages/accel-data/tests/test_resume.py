@@ -122,7 +122,8 @@ def test_state_dict_round_trip_with_shuffle():
 def test_state_on_the_last_batch_is_the_next_epoch():
     loader = prepare_data_loader(DataLoader(list(range(4)), batch_size=2), data_seed=3)
     states = [loader.state_dict() for _ in loader]
-    assert states == [{"epoch": 0, "batches_yielded": 1, "num_processes": 1, "source_batches": 1},
+    assert states == [{"epoch": 0, "batches_yielded": 1, "num_processes": 1, "source_batches": 1,
+                       "batch_size": 2, "split_batches": False},
                       {"epoch": 1, "batches_yielded": 0}]
     assert loader.state_dict() == {"epoch": 1, "batches_yielded": 0}
     with pytest.raises(ConfigurationError, match="state_dict"):

@@ -11,6 +11,7 @@ from typing import Any
 from accel_state.errors import ConfigurationError
 from accel_state.state import GradientState
 
+from accel_data.rebatch import layout, rebatched
 from accel_data.reshard import dealing, placement
 from accel_data.samplers import decode_draw, encode_draw, get_sampler
 
@@ -111,7 +112,9 @@ class DataLoaderStateMixin:
         epoch boundary the state of the generator the next pass draws from. Mid-epoch also
         ``num_processes`` (what the batches are dealt over) and ``source_batches``: the
         batches of the user's DataLoader all processes together have consumed, which a
-        loader of another world size continues after (``accel_data.reshard``).
+        loader of another world size continues after (``accel_data.reshard``), with
+        ``batch_size`` (samples in one of them) and ``split_batches``, which a loader of
+        another batch size converts (``accel_data.rebatch``).
 
         Taken mid-pass it is the batches handed out so far; taken on the last batch (or
         after it) it is the start of the next epoch.
@@ -127,15 +130,18 @@ class DataLoaderStateMixin:
         if self._pending_finish is not None:  # the last batch is out: the epoch is done
             epoch, done, start = epoch + 1, 0, 0
         consumed = start + done * deal.per_step
+        # mid-epoch, also when a loaded pass restarts the interrupted one from its start
+        # (a position of another batch size that fills no batch of this one)
+        mid = bool(consumed) or (self._resumed and self._pending_finish is None)
         state: dict[str, Any] = {"epoch": epoch, "batches_yielded": done}
-        if consumed:  # mid-epoch: where another world size continues
-            state.update(num_processes=deal.world, source_batches=consumed)
+        if mid:  # where another world size or batch size continues
+            state.update(num_processes=deal.world, source_batches=consumed, **layout(self))
         seed = getattr(sampler, "initial_seed", None)
         if isinstance(seed, int):
             state["sampler_seed"] = seed
-        if consumed and draw is not None:
+        if mid and draw is not None:
             state["sampler_draw"] = encode_draw(draw)
-        elif not consumed and hasattr(sampler, "replay") and sampler.generator is not None:
+        elif not mid and hasattr(sampler, "replay") and sampler.generator is not None:
             # the next pass draws from this generator as it is now (the global RNG, the
             # other source, is the checkpoint's to restore)
             state["sampler_draw"] = encode_draw(sampler.generator.get_state())
@@ -163,7 +169,8 @@ class DataLoaderStateMixin:
     def _checked_position(self, state_dict: dict[str, Any]) -> tuple[int, int, int, bool]:
         """``(epoch, batches to skip, user batches the shard leaves out first, whether it
         is mid-epoch)`` of a saved state on this loader's world (the same world: the saved
-        count; another: see ``accel_data.reshard``). Reads and checks only."""
+        count; another: see ``accel_data.reshard``) and batch size (another: see
+        ``accel_data.rebatch``). Reads and checks only (and warns where not exact)."""
         try:
             epoch, done = int(state_dict["epoch"]), int(state_dict["batches_yielded"])
             consumed = state_dict.get("source_batches")
@@ -179,10 +186,20 @@ class DataLoaderStateMixin:
                 f"Not a dataloader state: source_batches={consumed!r} and num_processes="
                 f"{world!r} must be a non-negative and a positive int; pass what this "
                 "loader's state_dict() returned.")
+        size, split = state_dict.get("batch_size"), state_dict.get("split_batches")
+        if (size is not None and (isinstance(size, bool) or not isinstance(size, int)
+                                  or size < 1)) or not isinstance(split, (bool, type(None))):
+            raise ConfigurationError(
+                f"Not a dataloader state: batch_size={size!r} and split_batches={split!r} "
+                "must be a positive int (or None) and a bool; pass what this loader's "
+                "state_dict() returned.")
         if consumed is None:  # saved by accel-data <= 0.2.0 (or at an epoch start)
             return epoch, done, 0, bool(done)
+        mid = consumed > 0 or world is not None  # 0 with a world: a pass restarted
+        if "batch_size" in state_dict:  # accel-data >= 0.2.2 records what a batch was
+            consumed = rebatched(self, consumed, size, epoch)
         skip, start = placement(self, consumed, world, epoch)
-        return epoch, skip, start, consumed > 0
+        return epoch, skip, start, mid
 
     def _hand_out_last(self) -> object:
         """The last batch of this pass is about to be yielded: from now on the epoch is done."""

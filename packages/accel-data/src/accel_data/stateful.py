@@ -21,7 +21,8 @@ __all__ = ["stateful_class"]
 _CLASSES: dict[type, type] = {}
 #: accel-data's own keys in a stateful loader's state (the rest is torchdata's)
 _OURS = frozenset({"epoch", "batches_yielded", "num_processes", "source_batches",
-                   "sampler_seed", "sampler_draw", "dataloader"})
+                   "batch_size", "split_batches", "sampler_seed", "sampler_draw",
+                   "dataloader"})
 #: torchdata's state of a single-process iterator that has yielded nothing
 _FRESH = {"_index_sampler_state": None, "_sampler_iter_state": None,
           "_sampler_iter_yielded": 0, "_num_yielded": 0, "_IterableDataset_len_called": None,
@@ -45,25 +46,32 @@ def _inner_state(loader: Any, state: dict[str, Any]) -> dict[str, Any] | None:
     return dict(_FRESH) if loader.num_workers == 0 else None
 
 
-def _refuse_other_world(loader: Any, state: dict[str, Any]) -> None:
-    """torchdata's state is one process's place in its own shard: refuse it mid-epoch on
-    another number of processes (where it would repeat or skip samples)."""
+def _refuse_other_layout(loader: Any, state: dict[str, Any]) -> None:
+    """torchdata's state is one process's place in its own shard, counted in its own
+    batches: refuse it mid-epoch on another number of processes, batch size or
+    ``split_batches`` (where it would repeat or skip samples)."""
     from accel_state.errors import ConfigurationError
 
+    from accel_data.rebatch import layout
     from accel_data.reshard import dealing
 
     saved, consumed = state.get("num_processes"), state.get("source_batches")
-    world = dealing(loader).world
-    if saved is None or not consumed or int(saved) == world:
+    if saved is None or not consumed:
+        return
+    now = {"num_processes": dealing(loader).world, **layout(loader)}
+    changed = [f"{key}={state[key]!r} (now {value!r})" for key, value in now.items()
+               if key in state and state[key] != value]
+    if not changed:
         return
     raise ConfigurationError(
-        f"This StatefulDataLoader state was saved by {saved} process(es) after {consumed} "
-        f"batches of epoch {state.get('epoch')}, and this loader runs on {world}: torchdata's "
-        "own state holds one process's position in its shard, which does not carry over to "
-        "another number of processes (samples would repeat or be skipped). Resume with "
-        f"{saved} process(es), or prepare the DataLoader with use_stateful_dataloader=False: "
-        "accel's own position is then re-sharded exactly (torchdata's worker and dataset "
-        "state is not restored).")
+        f"This StatefulDataLoader state was saved after {consumed} batches of epoch "
+        f"{state.get('epoch')} with {', '.join(changed)}: torchdata's own state holds one "
+        "process's position in its shard, in its batches, which does not carry over to "
+        "another number of processes, batch size or split_batches (samples would repeat or "
+        f"be skipped). Resume with the saved {', '.join(k.split('=')[0] for k in changed)}, "
+        "or prepare the DataLoader with use_stateful_dataloader=False: accel's own position "
+        "is then carried over, in samples (torchdata's worker and dataset state is not "
+        "restored).")
 
 
 def stateful_class(base: type) -> type:
@@ -97,7 +105,7 @@ def stateful_class(base: type) -> type:
         inner = {k: v for k, v in state_dict.items() if k not in _OURS}
         inner = state_dict.get("dataloader", inner)  # states saved by accel-data <= 0.1.6
         if inner:
-            _refuse_other_world(self, state_dict)
+            _refuse_other_layout(self, state_dict)
         if "epoch" in state_dict:
             base.load_state_dict(self, state_dict)
         if inner:
