@@ -523,7 +523,8 @@ def test_deepspeed_files_are_read_with_an_allow_list(tmp_path):
     pytest.importorskip("deepspeed")
     import pickle
 
-    from accel_parallel.deepspeed.checkpoint import DeepSpeedWriter, restricted_load
+    from accel_parallel.deepspeed.checkpoint import DeepSpeedWriter
+    from accel_parallel.deepspeed.unpickle import restricted_load
     from deepspeed.runtime.fp16.loss_scaler import LossScaler
     from deepspeed.runtime.zero.config import ZeroStageEnum
 

@@ -14,7 +14,7 @@ weights), naming the two ways out.
 Pickles: DeepSpeed's own checkpoint engine reads its ``.pt`` files with
 ``torch.load(weights_only=False)``. While loading, the writer swaps in a checkpoint engine
 that reads them with ``torch.load(weights_only=True)`` under an allow-list of the few
-DeepSpeed classes its checkpoints hold (:func:`deepspeed_safe_globals`), so the writer
+DeepSpeed classes its checkpoints hold (:mod:`~accel_parallel.deepspeed.unpickle`), so the writer
 declares ``unpickles = "restricted"``: no code of the file's choosing can run, and no
 ``trust_pickles`` is needed. A file with any other class is refused, naming it.
 
@@ -27,11 +27,8 @@ pass is refused instead of loaded.
 
 from __future__ import annotations
 
-import contextlib
-import io
-import pickle
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +36,9 @@ import torch
 from accel_state import ConfigurationError, DistributedError
 from accel_state.protocols import UNPICKLES_RESTRICTED
 
-__all__ = ["DeepSpeedWriter", "DEEPSPEED_LAYOUT", "DEEPSPEED_DIR", "deepspeed_safe_globals",
-           "restricted_load"]
+from accel_parallel.deepspeed.unpickle import VerifiedRead, restricted_load
+
+__all__ = ["DeepSpeedWriter", "DEEPSPEED_LAYOUT", "DEEPSPEED_DIR"]
 
 #: ``manifest.json`` ``layout`` of a DeepSpeed checkpoint
 DEEPSPEED_LAYOUT = "deepspeed"
@@ -49,46 +47,9 @@ DEEPSPEED_DIR = "deepspeed"
 _RANK_FILE = re.compile(r"(?:^|_)zero_pp_rank_(\d+)_")
 
 
-def deepspeed_safe_globals() -> list[Any]:
-    """The DeepSpeed classes its ZeRO checkpoints pickle besides tensors and containers
-    (seen in stage 0-3, fp32/bf16/fp16, offload checkpoints): plain data holders."""
-    from deepspeed.runtime.fp16.loss_scaler import DynamicLossScaler, LossScaler
-    from deepspeed.runtime.zero.config import ZeroStageEnum
-    from deepspeed.utils.tensor_fragment import fragment_address
-
-    return [LossScaler, DynamicLossScaler, ZeroStageEnum, fragment_address]
-
-
-#: ``read(path) -> bytes``: a file's bytes, read once and hash-checked against the
-#: checkpoint's manifest (accel-checkpoint's ``verified_reader``, handed down by its caller).
-VerifiedRead = Callable[[Any], bytes]
-
-
-def restricted_load(path: Any, map_location: Any = None, read: VerifiedRead | None = None
-                    ) -> Any:
-    """``torch.load(weights_only=True)`` with :func:`deepspeed_safe_globals` allowed.
-    ``read``: unpickle the bytes it returns for ``path`` (the very bytes it checked)
-    instead of opening the file again."""
-    allowed = deepspeed_safe_globals()
-    scope = getattr(torch.serialization, "safe_globals", None)
-    if scope is None:  # torch 2.4: only the process-wide list exists
-        torch.serialization.add_safe_globals(allowed)
-    source = io.BytesIO(read(path)) if read is not None else path  # BytesIO shares the bytes
-    with scope(allowed) if scope is not None else contextlib.nullcontext():
-        try:
-            return torch.load(source, map_location=map_location, weights_only=True)
-        except pickle.UnpicklingError as error:
-            named = re.search(r"GLOBAL ([\w.]+)", str(error))
-            what = named.group(1) if named else str(error).splitlines()[0]
-            raise pickle.UnpicklingError(
-                f"{path} holds an object outside the allow-list of DeepSpeed checkpoint "
-                f"classes, which accel does not unpickle: {what}. Was it written by another "
-                "DeepSpeed version? Convert it with DeepSpeed's zero_to_fp32 where you trust "
-                "it (`accel merge-weights --trust_pickles`).") from None
-
-
 class _RestrictedEngine:
-    """DeepSpeed's checkpoint engine with its ``load`` replaced by :func:`restricted_load`."""
+    """DeepSpeed's checkpoint engine with its ``load`` replaced by
+    :func:`~accel_parallel.deepspeed.unpickle.restricted_load`."""
 
     def __init__(self, inner: Any, read: VerifiedRead | None = None) -> None:
         self._inner = inner

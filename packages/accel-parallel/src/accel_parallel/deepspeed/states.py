@@ -94,7 +94,7 @@ def read_zero_full_states(folder: str | Path, read: Any = None
     every file is unpickled from the bytes it returns, not opened again."""
     from accel_state.imports import require
 
-    from accel_parallel.deepspeed.checkpoint import restricted_load
+    from accel_parallel.deepspeed.unpickle import restricted_load
 
     folder = Path(folder)
     require("deepspeed", extra="deepspeed", dist="accel-parallel",
