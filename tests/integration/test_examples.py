@@ -180,6 +180,10 @@ def test_pipeline_parallel_example_trains_in_stages_and_gathers_the_model(shared
     assert "rank 0 holds blocks 0, 2" in proc.stdout, proc.stdout
     assert "rank 1 holds blocks 1, 3" in proc.stdout, proc.stdout
     assert "whole model gathered: 29 tensors, head.weight (32, 64)" in proc.stdout, proc.stdout
+    # evaluation (model.eval() + no_grad: forward only): the same gathered logits on both
+    # ranks, far above chance (1/32) after training
+    accuracy = _floats(r"rank \d next-token accuracy (\d+\.\d+)", proc.stdout)
+    assert len(accuracy) == 2 and accuracy[0] == accuracy[1] > 0.5, proc.stdout
 
 
 @pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None,
