@@ -165,3 +165,28 @@ def test_gradient_accumulation_plugin_validates_num_steps():
 
     with pytest.raises(ConfigurationError, match="num_steps=0"):
         GradientAccumulationPlugin(num_steps=0)
+
+
+def test_destroy_process_group_is_safe_without_a_group_and_destroys_the_default_one(tmp_path):
+    """Accelerate's launched scripts end in ``state.destroy_process_group()``: it destroys
+    the default group whoever created it, keeps a fork-launched one, and is a no-op
+    without a group."""
+    import torch.distributed as dist
+
+    PartialState(cpu=True).destroy_process_group()  # no group: nothing to do
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0,
+                            world_size=1)
+    try:
+        state = PartialState(cpu=True)
+        sub = dist.new_group([0])
+        state.destroy_process_group(sub)  # a given group: only that one goes
+        assert dist.is_initialized()
+        state.fork_launched = True  # the notebook launcher owns the default group
+        state.destroy_process_group()
+        assert dist.is_initialized()
+        PartialState._reset_state()  # after a reset the method still works
+        PartialState().destroy_process_group()
+        assert not dist.is_initialized()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()

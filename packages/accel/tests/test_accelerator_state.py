@@ -73,3 +73,22 @@ def test_free_memory_forgets_the_prepared_objects():
     assert model is None and optimizer is None
     assert accelerator._models == [] and accelerator._optimizers == [] and accelerator.step == 0
     assert accelerator.clear() == []
+
+
+def test_destroy_process_group_works_after_a_reset(tmp_path):
+    """Accelerate's test scripts call ``state.destroy_process_group()`` on a state whose
+    shared attributes a ``_reset_state()`` cleared: the method is the class's own."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0,
+                            world_size=1)
+    try:
+        state = Accelerator(cpu=True).state
+        assert state.fork_launched is False
+        AcceleratorState._reset_state()
+        state.destroy_process_group()
+        assert not dist.is_initialized()
+        AcceleratorState().destroy_process_group()  # no group left: nothing to do
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()

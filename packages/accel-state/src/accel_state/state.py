@@ -246,10 +246,14 @@ class PartialState:
             getattr(torch, self.device.type).set_device(self.device)
 
     def destroy_process_group(self, group: Any = None) -> None:
-        """Destroy ``group`` (default: the group this state initialised)."""
-        if dist.is_available() and dist.is_initialized() and (
-            group is not None or self._shared_state.get("_owns_process_group", False)
-        ):
+        """Destroy ``group``, or the default group, as Accelerate does at the end of a run.
+
+        Safe without a group (nothing happens); a fork-launched notebook run keeps its
+        default group, which the notebook launcher owns. Works after ``_reset_state()``.
+        """
+        if group is None and self._shared_state.get("fork_launched", False):
+            return
+        if dist.is_available() and dist.is_initialized():
             dist.destroy_process_group(group)
 
     @classmethod

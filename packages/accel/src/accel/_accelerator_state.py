@@ -182,6 +182,15 @@ class AcceleratorState:
     def use_distributed(self) -> bool:
         return PartialState().use_distributed
 
+    @property
+    def fork_launched(self) -> bool:
+        return PartialState().fork_launched
+
+    def destroy_process_group(self, group: Any = None) -> None:
+        """Destroy ``group`` or the default one (a method, not the delegation of
+        ``__getattr__``, so Accelerate's scripts may call it after ``_reset_state()``)."""
+        PartialState().destroy_process_group(group)
+
     def __repr__(self) -> str:
         return (f"AcceleratorState(distributed_type={self.distributed_type}, "
                 f"mixed_precision={self.mixed_precision!r}, device={PartialState().device}, "
