@@ -58,13 +58,18 @@ def test_agreeing_sources_are_fine_and_empty_variable_is_unset(monkeypatch):
     assert resolve_mixed_precision("fp16")[0] == "fp16"
 
 
-def test_argument_and_environment_conflict_names_both(monkeypatch):
+def test_the_argument_wins_over_the_environment_with_a_warning_naming_both(monkeypatch):
+    """As in Accelerate, code beats ``accel launch --mixed_precision``; accel says so."""
     monkeypatch.setenv("ACCEL_MIXED_PRECISION", "fp16")
-    with pytest.raises(ConfigurationError) as info:
-        build_precision("bf16", "cpu")
-    message = str(info.value)
-    assert "Accelerator(mixed_precision='bf16') asks for 'bf16'" in message
-    assert "ACCEL_MIXED_PRECISION=fp16 asks for 'fp16'" in message
+    with pytest.warns(UserWarning) as caught:
+        precision = build_precision("bf16", "cpu")
+    assert precision.name == "bf16"
+    message = str(caught[0].message)
+    assert "Accelerator(mixed_precision='bf16') overrides" in message
+    assert "ACCEL_MIXED_PRECISION=fp16" in message and "\n" not in message
+    monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "fp16")  # both spellings, one value
+    with pytest.warns(UserWarning, match="running in 'no'"):
+        assert resolve_mixed_precision("fp32")[0] == "no"
 
 
 def test_the_two_variable_spellings_conflict_too(monkeypatch):
@@ -107,8 +112,8 @@ def test_a_precision_object_is_used_as_is_but_still_checked(monkeypatch):
     mine = BF16Precision(device="cpu")
     assert build_precision(mine, "cpu") is mine
     monkeypatch.setenv("ACCEL_MIXED_PRECISION", "fp16")
-    with pytest.raises(ConfigurationError, match="Conflicting"):
-        build_precision(mine, "cpu")
+    with pytest.warns(UserWarning, match="ACCEL_MIXED_PRECISION=fp16"):
+        assert build_precision(mine, "cpu") is mine
 
 
 def test_handlers_reach_the_precision_and_unused_ones_warn():

@@ -195,11 +195,14 @@ def test_mixed_precision_request_from_the_launcher_is_honoured_not_ignored(monke
     assert accelerator.mixed_precision == "bf16" and accelerator.native_amp
 
 
-def test_mixed_precision_conflict_between_code_and_launcher_is_an_error(monkeypatch):
+def test_mixed_precision_in_code_wins_over_the_launcher_with_a_warning(monkeypatch):
+    """Accelerate lets the argument win; accel does too, naming both values."""
     monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "bf16")
-    with pytest.raises(ConfigurationError, match=r"mixed_precision='fp16'.*"
-                                                 r"ACCELERATE_MIXED_PRECISION=bf16"):
-        Accelerator(cpu=True, mixed_precision="fp16")
+    with pytest.warns(UserWarning, match=r"mixed_precision='no'\) overrides .*"
+                                         r"ACCELERATE_MIXED_PRECISION=bf16"):
+        accelerator = Accelerator(cpu=True, mixed_precision="no")
+    assert accelerator.mixed_precision == "no" and accelerator.state.mixed_precision == "no"
+    assert Accelerator(cpu=True).mixed_precision == "bf16"  # no argument: the launcher's
 
 
 def test_scheduler_steps_once_per_data_parallel_replica_unless_batches_are_split():

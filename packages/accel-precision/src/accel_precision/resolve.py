@@ -2,9 +2,10 @@
 
 Sources: the ``mixed_precision`` argument (code) and ``ACCEL_MIXED_PRECISION`` /
 ``ACCELERATE_MIXED_PRECISION`` (set by ``accel launch --mixed_precision`` or the launch
-config). There is no silent precedence: every source that names a precision must name
-the same one, otherwise a ConfigurationError says which source said what. With none,
-training is fp32 (``"no"``). ``"fp32"`` is accepted as a spelling of ``"no"``.
+config). As in Accelerate the argument wins over the environment, never silently: a
+one-line warning names both values. The two variable spellings must agree with each
+other (a ConfigurationError says which said what). With none, training is fp32
+(``"no"``). ``"fp32"`` is accepted as a spelling of ``"no"``.
 """
 
 from __future__ import annotations
@@ -54,21 +55,29 @@ def _sources(mixed_precision: Any) -> list[tuple[str, str]]:
 
 
 def resolve_mixed_precision(mixed_precision: Any = None) -> tuple[str, str]:
-    """``(name, source)`` of the requested precision; conflicting sources raise.
+    """``(name, source)`` of the requested precision.
 
     ``mixed_precision`` is the argument given in code (a name, a ``PrecisionType``, a
-    :class:`Precision` object, or None for "not said").
+    :class:`Precision` object, or None for "not said"). It wins over the launcher's
+    variable, as in Accelerate, with a warning when they differ; the two variable
+    spellings disagreeing with each other is an error (neither is the user's code).
     """
     found = _sources(mixed_precision)
     if not found:
         return "no", "default (no mixed_precision argument, no ACCEL_MIXED_PRECISION)"
-    values = {value for _, value in found}
-    if len(values) > 1:
-        said = "; ".join(f"{who} asks for {value!r}" for who, value in found)
+    from_env = found[1:] if mixed_precision is not None else found
+    if len({value for _, value in from_env}) > 1:
+        said = "; ".join(f"{who} asks for {value!r}" for who, value in from_env)
         raise ConfigurationError(
-            f"Conflicting mixed precision requests: {said}. Make them agree, or drop one: remove "
-            "the argument to follow `accel launch --mixed_precision`, or launch without the flag "
-            "(unset the variable) to follow the code.")
+            f"Conflicting mixed precision requests: {said}. Set one variable, or give both "
+            "the same value.")
+    if mixed_precision is not None:
+        overridden = [(who, value) for who, value in from_env if value != found[0][1]]
+        if overridden:
+            warnings.warn(
+                f"{found[0][0]} overrides {overridden[0][0]} (the launcher's precision): "
+                f"running in {found[0][1]!r}; drop the argument to follow the launcher.",
+                UserWarning, stacklevel=4)
     return found[0][1], found[0][0]
 
 

@@ -135,7 +135,7 @@ def training_check(use_seedable_sampler: bool = False) -> None:
         config = DataLoaderConfiguration(use_seedable_sampler=use_seedable_sampler)
         try:
             accelerator = Accelerator(mixed_precision=precision, dataloader_config=config)
-        except ConfigurationError as refused:  # another precision was launched
+        except ConfigurationError as refused:  # a strategy that cannot run it (DS fp16 on CPU)
             PartialState().print(f"{precision.upper()} training check skipped: {refused}")
             continue
         accelerator.print(f"{precision.upper()} training check.")
