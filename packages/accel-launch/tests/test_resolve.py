@@ -306,3 +306,35 @@ def test_dynamo_backend_names_any_case_and_match_the_plugin(tmp_path: Path) -> N
     from accel_launch.flags_plugins import DYNAMO_BACKENDS
 
     assert DYNAMO_BACKENDS == tuple(b.value.lower() for b in compile_mod.DynamoBackend)
+
+
+def test_validate_launch_command_fills_from_the_config_and_defers_the_plugin_check(
+        tmp_path: Path) -> None:
+    """Accelerate's ``_validate_launch_command``: command line > config file, returns
+    ``(args, config, mp_from_config_flag)``; a plugin flag without its plugin is left to the
+    launch, which still refuses it."""
+    from accel_launch.launch import _validate_launch_command
+
+    config = tmp_path / "validate.yaml"
+    config.write_text("compute_environment: LOCAL_MACHINE\ndebug: true\nnum_processes: 1\n"
+                      "distributed_type: 'NO'\nmixed_precision: bf16\n"
+                      "fsdp_config:\n  fsdp_sync_module_states: false\n"
+                      "deepspeed_config:\n  deepspeed_config_file: path/to/be/ignored\n")
+    args = _args("--num-processes", "2", "--deepspeed_config_file", "path/to/be/accepted",
+                 "--config-file", str(config), "test.py")
+    assert args.debug is False
+    returned, defaults, mp_from_config = _validate_launch_command(args)
+    assert returned is args and defaults.path == config and mp_from_config is True
+    assert args.debug is True and args.num_processes == 2
+    assert args.fsdp_sync_module_states is False  # the config's, no FSDP flag given
+    assert args.deepspeed_config_file == "path/to/be/accepted"  # the command line wins
+    with pytest.raises(ConfigurationError, match="--deepspeed_config_file only applies with "
+                                                 "--use_deepspeed"):
+        resolve_launch_args(args)  # what `accel launch` runs first
+    plain = _args("--mixed_precision", "fp16", "--config_file", str(config), "test.py")
+    assert _validate_launch_command(plain)[2] is False  # given on the command line
+    bare = _args("test.py")
+    assert _validate_launch_command(bare)[1:] == (None, False)  # no config file anywhere
+    assert bare.num_machines == 1 and bare.machine_rank == 0  # defaults filled
+    with pytest.raises(ConfigurationError, match="--num_processes"):
+        _validate_launch_command(_args("--num_processes", "0", "test.py"))

@@ -13,7 +13,7 @@ from typing import Any
 from accel_launch.flags import add_flags
 from accel_launch.parser import AccelArgumentParser, AccelHelpFormatter
 
-__all__ = ["launch_command", "launch_command_parser", "register"]
+__all__ = ["_validate_launch_command", "launch_command", "launch_command_parser", "register"]
 
 _DESCRIPTION = """\
 Run SCRIPT on --num_processes processes (default: one per CUDA device, else one) through
@@ -75,3 +75,22 @@ def launch_command(args: argparse.Namespace) -> int:
     from accel_launch.elastic import run_launch
 
     return run_launch(args)
+
+
+def _validate_launch_command(args: argparse.Namespace) -> tuple[argparse.Namespace, Any, bool]:
+    """Accelerate's first step of a launch, for code (and its tests) that call it directly:
+    fill ``args`` from the command line > config file > defaults and check them, in place.
+
+    Returns ``(args, config, mp_from_config_flag)``: the config file read (an
+    :class:`accel_launch.config_file.ConfigFile`, None without one) and whether
+    ``mixed_precision`` came from it. As in Accelerate, a plugin's flag without its plugin
+    is not refused here; `accel launch` (``launch_command``) still refuses it.
+    """
+    from accel_launch.launch_plan import validate_launch_args
+    from accel_launch.resolve import resolve_launch_args
+
+    validate_launch_args(args, check_plugin_flags=False)
+    resolved = resolve_launch_args(args, check_plugin_flags=False)
+    config = resolved.config
+    from_config = config is not None and resolved.sources.get("mixed_precision") == config.label
+    return args, config, from_config

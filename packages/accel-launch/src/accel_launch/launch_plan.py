@@ -106,11 +106,12 @@ def parse_rdzv_conf(text: str) -> dict[str, str]:
     return config
 
 
-def validate_launch_args(args: argparse.Namespace) -> None:
-    """Reject impossible flag values and combinations (resolves ``args`` first if needed)."""
+def validate_launch_args(args: argparse.Namespace, *, check_plugin_flags: bool = True) -> None:
+    """Reject impossible flag values and combinations (resolves ``args`` first if needed;
+    ``check_plugin_flags``: see :func:`accel_launch.resolve.resolve_launch_args`)."""
     from accel_launch.resolve import resolve_launch_args
 
-    resolve_launch_args(args)
+    resolve_launch_args(args, check_plugin_flags=check_plugin_flags)
     if args.num_processes is not None and args.num_processes < 1:
         raise _flag_error("--num_processes", args.num_processes,
                           "use a positive number of processes, e.g. --num_processes 2.")

@@ -47,6 +47,9 @@ class Resolved:
     """The config file used, if any."""
     notes: list[str] = field(default_factory=list)
     """Warnings for the user."""
+    plugin_flags_checked: bool = False
+    """Whether the plugin-flag check ran (Accelerate's ``_validate_launch_command`` defers it
+    to the launch itself)."""
 
 
 def refuse_unsupported(args: argparse.Namespace, sources: dict[str, str] | None = None) -> None:
@@ -202,13 +205,19 @@ def _check_engines(resolved: Resolved) -> None:
             "the stage itself: set zero_optimization.stage in the JSON, or drop the file.")
 
 
-def resolve_launch_args(args: argparse.Namespace) -> Resolved:
+def resolve_launch_args(args: argparse.Namespace, *,
+                        check_plugin_flags: bool = True) -> Resolved:
     """Fill every flag of ``args`` from the sources, in precedence order, and check them.
 
-    Idempotent: the result is remembered on ``args`` (a second call returns it).
+    Idempotent: the result is remembered on ``args`` (a second call returns it, running the
+    plugin-flag check if an earlier call left it out with ``check_plugin_flags=False``, as
+    Accelerate's ``_validate_launch_command``, which does not refuse them, does).
     """
     done = getattr(args, "_accel_resolved", None)
     if done is not None:
+        if check_plugin_flags and not done.plugin_flags_checked:
+            _check_plugin_flags(done)
+            done.plugin_flags_checked = True
         return done
     refuse_unsupported(args)
     cfg = load_config_from_file(getattr(args, "config_file", None))
@@ -226,7 +235,9 @@ def resolve_launch_args(args: argparse.Namespace) -> Resolved:
     if args.max_restarts and args.rdzv_backend == "static":
         args.rdzv_backend = "c10d"
         resolved.sources["rdzv_backend"] += " (static -> c10d: restarts need a re-rendezvous)"
-    _check_plugin_flags(resolved)
+    if check_plugin_flags:
+        _check_plugin_flags(resolved)
+        resolved.plugin_flags_checked = True
     _check_engines(resolved)
     _check_strategy(resolved)
     args._accel_resolved = resolved

@@ -17,7 +17,7 @@ from accel_launch.cli_compat import (
 )
 from accel_launch.elastic import run_launch as launch_command_run
 from accel_launch.flags_plugins import DYNAMO_BACKENDS
-from accel_launch.launch import launch_command, launch_command_parser
+from accel_launch.launch import _validate_launch_command, launch_command, launch_command_parser
 from accel_launch.launch_utils import (
     prepare_deepspeed_cmd_env,
     prepare_multi_gpu_env,
@@ -28,7 +28,8 @@ from accel._module_compat import forward_to
 
 main = verb_main("launch")
 
-__all__ = ["launch_command", "launch_command_parser", "launch_command_run",
+__all__ = ["_validate_launch_command", "launch_command", "launch_command_parser",
+           "launch_command_run",
            "prepare_deepspeed_cmd_env", "prepare_multi_gpu_env", "prepare_simple_launcher_cmd_env",
            "CustomArgumentParser", "CustomHelpFormatter", "DYNAMO_BACKENDS", "clean_option",
            "deepspeed_launcher", "main", "multi_gpu_launcher", "options_to_group",
