@@ -60,6 +60,7 @@ def set_module_tensor_to_device(module: nn.Module, tensor_name: str, device: Any
                                  "against model.state_dict().")
     is_buffer = name in owner._buffers
     old = owner._buffers[name] if is_buffer else owner._parameters[name]
+    _check_shape(old, value, name, tensor_name)
     source = value if value is not None else old
     if (tied_params_map is not None and isinstance(source, torch.Tensor)
             and source.device.type != "meta" and source.data_ptr() in tied_params_map
@@ -73,13 +74,6 @@ def set_module_tensor_to_device(module: nn.Module, tensor_name: str, device: Any
     if value is None and old.device.type == "meta" and target.type != "meta":
         raise ConfigurationError(f"{name} is on the meta device, we need a `value` to put in on "
                                  f"{device}: pass value= (the weights of {tensor_name!r}).")
-    shape = getattr(value, "shape", None)  # tensors and arrays, as Accelerate checks
-    if (shape is not None and tuple(shape) != tuple(old.shape)
-            and type(old).__name__ != "Params4bit"):  # 4-bit weights are stored packed
-        raise ConfigurationError(
-            f'Trying to set a tensor of shape {shape} in "{name}" (which has shape '
-            f"{old.shape}), this looks incorrect: {tensor_name!r} in the checkpoint belongs to "
-            "another layer or model; check that the checkpoint matches the model.")
     with torch.no_grad():
         if value is None and target.type == "meta":  # native, unlike .to("meta")
             new = torch.empty_like(old, device=target, dtype=dtype or old.dtype)
@@ -112,6 +106,23 @@ def set_module_tensor_to_device(module: nn.Module, tensor_name: str, device: Any
         tied_params_map[source.data_ptr()][device] = new
     if clear_cache and old.device.type == "cuda" and target.type != "cuda":
         clear_device_cache()
+
+
+def _check_shape(old: torch.Tensor | None, value: Any, name: str, tensor_name: str) -> None:
+    """A value of another shape than the tensor it replaces means the checkpoint is not this
+    model's: refuse it before anything changes. The message is Accelerate's, word for word
+    (its tests compare it); the fix goes in a note, which tracebacks show."""
+    shape = getattr(value, "shape", None)  # tensors and arrays, as Accelerate checks
+    if (old is None or shape is None or tuple(shape) == tuple(old.shape)
+            or type(old).__name__ == "Params4bit"):  # 4-bit weights are stored packed
+        return
+    error = ConfigurationError(f'Trying to set a tensor of shape {shape} in "{name}" (which '
+                               f"has shape {old.shape}), this looks incorrect.")
+    note = (f"{tensor_name!r} in the checkpoint belongs to another layer or model: check that "
+            "the checkpoint matches the model (its config and size).")
+    if hasattr(error, "add_note"):  # Python 3.11+; on 3.10 the message alone
+        error.add_note(note)
+    raise error
 
 
 def get_non_persistent_buffers(module: nn.Module, recurse: bool = False,
