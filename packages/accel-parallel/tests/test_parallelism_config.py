@@ -65,7 +65,7 @@ def test_bad_values_are_refused_with_the_value_named(kwargs, message):
 
 
 def test_handlers_validate_their_fields():
-    with pytest.raises(ConfigurationError, match="cp_comm_strategy='ring' is not valid; use one "
+    with pytest.raises(ConfigurationError, match="Invalid cp_comm_strategy: ring; use one "
                                                  "of allgather, alltoall"):
         TorchContextParallelConfig(cp_comm_strategy="ring")
     with pytest.raises(ConfigurationError, match="enable_async_tp"):
@@ -165,3 +165,40 @@ def test_the_nd_strategy_is_chosen_by_a_parallelism_config(state):
         dist.destroy_process_group()
     with pytest.raises(ConfigurationError, match="pass a device_type"):
         ParallelismConfig().get_device_mesh()
+
+
+@pytest.mark.parametrize("sizes, names, shape", [
+    ({"dp_replicate_size": 8}, ("dp_replicate",), (8,)),
+    ({"dp_replicate_size": 2, "dp_shard_size": 4}, ("dp_replicate", "dp_shard"), (2, 4)),
+    ({"dp_shard_size": 2, "cp_size": 2, "tp_size": 2}, ("dp_shard", "cp", "tp"), (2, 2, 2)),
+    ({"dp_replicate_size": 2, "dp_shard_size": 2, "cp_size": 2, "tp_size": 2},
+     ("dp_replicate", "dp_shard", "cp", "tp"), (2, 2, 2, 2)),
+    ({}, None, None),
+])
+def test_get_mesh_gives_init_device_mesh_its_names_and_shape(sizes, names, shape):
+    """Accelerate's ``_get_mesh()``: (names, shape) in mesh order, ``()`` when none is active."""
+    mesh = ParallelismConfig(**sizes)._get_mesh()
+    assert mesh == (() if names is None else (names, shape))
+
+
+def test_build_device_mesh_flattens_the_joint_dimensions_on_a_real_group(gloo_group):
+    """``build_device_mesh(device_type)`` returns the root mesh and folds ``dp``,
+    ``dp_shard_cp`` and ``dp_cp`` (one process: dimensions kept at size 1)."""
+    config = ParallelismConfig()
+    assert config.build_device_mesh("cpu") is None  # nothing active
+    mesh = config.build_device_mesh("cpu", keep=("dp_replicate", "dp_shard", "tp"))
+    assert mesh.mesh_dim_names == ("dp_replicate", "dp_shard", "tp") and mesh.shape == (1, 1, 1)
+    for flat in ("dp", "dp_shard_cp", "dp_cp"):
+        assert config.get_submesh(flat).size() == 1
+    assert config.get_submesh(["dp_shard", "tp"]).mesh_dim_names == ("dp_shard", "tp")
+
+
+def test_an_invalid_cp_comm_strategy_uses_accelerates_words(monkeypatch):
+    with pytest.raises(ConfigurationError, match="Invalid cp_comm_strategy: invalid"):
+        TorchContextParallelConfig(cp_comm_strategy="invalid")
+    monkeypatch.setenv("PARALLELISM_CONFIG_CP_COMM_STRATEGY", "unsupported")
+    with pytest.raises(ConfigurationError, match=r"Invalid cp_comm_strategy: unsupported \(from "
+                                                 "PARALLELISM_CONFIG_CP_COMM_STRATEGY\)"):
+        ParallelismConfig(cp_size=2)
+    monkeypatch.setenv("PARALLELISM_CONFIG_CP_COMM_STRATEGY", "alltoall")
+    assert ParallelismConfig(cp_size=2).cp_handler.cp_comm_strategy == "alltoall"

@@ -15,7 +15,7 @@ import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
-__all__ = ["MESH_ORDER", "FLATTENED", "BuiltMesh", "MeshSizes", "build_mesh"]
+__all__ = ["MESH_ORDER", "FLATTENED", "BuiltMesh", "MeshSizes", "build_mesh", "mesh_dims"]
 
 
 class MeshSizes(Protocol):
@@ -40,8 +40,15 @@ class BuiltMesh:
         self.flattened = dict(flattened)
         self.names: tuple[str, ...] = tuple(mesh.mesh_dim_names)
         self.sizes = dict(zip(self.names, mesh.shape, strict=True))
-        self.coordinate = dict(zip(self.names, mesh.get_coordinate(), strict=True))
+        self._coordinate: dict[str, int] | None = None
         self._own_group: Any = None
+
+    @property
+    def coordinate(self) -> dict[str, int]:
+        """This process's position along each dimension (read on first use)."""
+        if self._coordinate is None:
+            self._coordinate = dict(zip(self.names, self.mesh.get_coordinate(), strict=True))
+        return self._coordinate
 
     def submesh(self, names: str | Iterable[str]) -> Any:
         """The submesh of ``names``: one dimension, a flattened one (``"dp"``, ...) or several
@@ -120,7 +127,7 @@ def build_mesh(config: MeshSizes, device_type: str,
         present = tuple(n for n in parts if n in names)
         if not present:
             continue
-        sub = mesh[present if len(present) > 1 else present[0]]
+        sub = mesh[list(present)]  # a list, as Accelerate slices (one name too)
         if hasattr(sub, "_flatten"):
             flattened[alias] = sub._flatten(alias)
         elif len(present) == 1:  # torch < 2.5: no flattening, the one dimension serves

@@ -20,7 +20,7 @@ from accel_state import ConfigurationError
 from accel_state import env as _env
 
 from accel_parallel.config_values import positive_int
-from accel_parallel.mesh.device_mesh import MESH_ORDER, BuiltMesh, build_mesh
+from accel_parallel.mesh.device_mesh import MESH_ORDER, BuiltMesh, build_mesh, mesh_dims
 from accel_parallel.mesh.sequence_parallel import DeepSpeedSequenceParallelConfig
 from accel_parallel.pipeline.config import PipelineParallelConfig
 
@@ -66,8 +66,10 @@ class TorchContextParallelConfig:
         if value is None:
             value = _env.PARALLELISM_CONFIG_CP_COMM_STRATEGY.get("allgather")
         if str(value).strip().lower() not in CP_COMM_STRATEGIES:
-            raise ConfigurationError(
-                f"cp_comm_strategy={value!r} is not valid; use one of "
+            source = "" if self.cp_comm_strategy is not None else \
+                " (from PARALLELISM_CONFIG_CP_COMM_STRATEGY)"
+            raise ConfigurationError(  # Accelerate's opening words, which its tests match
+                f"Invalid cp_comm_strategy: {value}{source}; use one of "
                 f"{', '.join(CP_COMM_STRATEGIES)}.")
         self.cp_comm_strategy = str(value).strip().lower()
 
@@ -275,6 +277,11 @@ class ParallelismConfig:
         setattr(self, f"{name}_size", _size(size, f"{name}_size", None))
 
     # -- mesh --------------------------------------------------------------------------------
+    def _get_mesh(self) -> tuple[tuple[str, ...], tuple[int, ...]] | tuple[()]:
+        """``(dimension names, sizes)`` of the mesh :meth:`build_device_mesh` builds, the
+        arguments of ``init_device_mesh`` (Accelerate's helper); ``()`` when none is active."""
+        return tuple(zip(*mesh_dims(self)))  # type: ignore[return-value]
+
     def build_device_mesh(self, device_type: str, keep: tuple[str, ...] = ()) -> Any:
         """A new named mesh of the active dimensions (``keep``: dimensions included even at
         size 1) with the flattened ``dp`` / ``dp_shard_cp`` / ``dp_cp`` submeshes; None

@@ -137,7 +137,8 @@ class DeepSpeedSequenceParallelConfig:
                 "or sdpa.")
         if value not in SP_ATTN_IMPLEMENTATIONS and not _is_hub_flash_kernel(value):
             raise ConfigurationError(
-                f"DeepSpeedSequenceParallelConfig {where}={value!r} is not known: use one of "
+                f"Invalid sp_attn_implementation: DeepSpeedSequenceParallelConfig {where}="
+                f"{value!r} is not known: use one of "
                 f"{', '.join(SP_ATTN_IMPLEMENTATIONS)}, or a hub flash-attn kernel such as "
                 "'kernels-community/flash-attn2'.")
         return value
