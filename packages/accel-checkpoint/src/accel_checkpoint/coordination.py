@@ -5,8 +5,10 @@ The ranks meet through the process group's key-value store rather than through
 collectives, for two reasons: the store's waits take a timeout, and no rank blocks a
 device stream. Rank 0 waits ``ACCEL_CHECKPOINT_PEER_TIMEOUT`` seconds (default 60) for
 the others to arrive; if they never do (``save_state`` called on the main process only),
-it commits the checkpoint alone and says so, instead of hanging the job. Ranks arriving
-after such a solo commit write nothing and warn.
+it commits the checkpoint alone and says so, instead of hanging the job, and from then on
+(the script saves on the main process only, as diffusers' examples do) it waits for nobody,
+until a rank enters a save late. Ranks arriving after such a solo commit write nothing and
+warn.
 
 A rank that is *not* saving says so as soon as it reaches a sync point
 (:func:`sync_point`: ``load_state``, ``wait_for_everyone``): it marks itself absent from
@@ -39,6 +41,13 @@ from accel_checkpoint.targets import new_staging_dir
 __all__ = ["Peers", "SaveRound", "sync_point"]
 
 _DEFAULT_PEER_TIMEOUT = 60
+#: writer rank -> key prefix of its last save, made alone (see SaveRound._nobody_expected)
+_UNJOINED: dict[int, str] = {}
+_ALONE_AGAIN = (
+    "save_state committed on this rank alone without waiting: no other rank entered the "
+    "previous save either (save_state is called on the main process only). The checkpoints "
+    "hold no RNG state of the other ranks; call save_state on every process for an exact "
+    "resume.")
 _ABSENT = b"absent"
 #: pauses between two looks of :func:`sync_point` at the store (doubling from first to max)
 _SYNC_POLL_FIRST, _SYNC_POLL_MAX = 0.001, 0.1
@@ -113,10 +122,19 @@ class SaveRound:
             staging = new_staging_dir(self.final)
             if store is not None:
                 store.set(_pending_key(peers.writer), self._prefix)
-                arrived = self._peers_arrived()
-                self.solo = not arrived or (bool(self._absent) and not self._others())
-                if self.solo:
-                    self._warn_solo(arrived)
+                arrived = False
+                if self._nobody_expected():
+                    self.solo = True
+                    warnings.warn(_ALONE_AGAIN, stacklevel=3)
+                else:
+                    arrived = self._peers_arrived()
+                    self.solo = not arrived or (bool(self._absent) and not self._others())
+                    if self.solo:
+                        self._warn_solo(arrived)
+                if arrived:  # (a rank saying it skips this save at a sync point cost nothing)
+                    _UNJOINED.pop(peers.writer, None)
+                else:  # nobody came: the next save waits for nobody
+                    _UNJOINED[peers.writer] = self._prefix
                 store.set(self._key("staging"), "" if self.solo else str(staging))
             return staging
         store.set(self._key("arrived", peers.rank), "1")
@@ -143,6 +161,22 @@ class SaveRound:
             "load_state their random draws (dropout, augmentation) differ from an "
             "uninterrupted run; everything else is restored. Call save_state on every "
             "process for an exact resume.", stacklevel=4)
+
+    def _nobody_expected(self) -> bool:
+        """Whether this writer's previous save was made alone and no other rank entered it
+        since (the script saves on the main process only, as diffusers' examples do): then
+        nobody is waited for. A rank that entered it late proves the script saves on every
+        rank, and waiting resumes."""
+        last = _UNJOINED.get(self.peers.writer)
+        if last is None:
+            return False
+        store = self.peers.store
+        for rank in self.peers.group:
+            key = f"{last}/arrived/{rank}"
+            if rank != self.peers.writer and store.check([key]) and store.get(key) != _ABSENT:
+                del _UNJOINED[self.peers.writer]
+                return False
+        return True
 
     @staticmethod
     def peer_timeout() -> int:
