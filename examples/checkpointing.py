@@ -14,8 +14,9 @@ both end with the same weights digest. ``accelerator.save_state(dir)`` (on every
 writes the model, the optimizer, the scheduler, the position of the shuffled dataloader,
 every rank's RNG states (the dropout masks continue) and the objects registered with
 ``register_for_checkpointing`` (here the step counter); the folder is committed atomically
-with a manifest of sizes and sha256, and ``load_state(dir)`` checks every byte before
-loading anything. ``--checkpoint-dir`` picks the folder (default: ``runs/checkpointing``).
+with a manifest of sizes and digests, and ``load_state(dir)`` checks every byte before
+loading anything. ``DataLoaderConfiguration(exact_resume=True)`` asks ``load_state`` for the
+loader's mid-epoch position too (without it, as in Accelerate, the epoch starts again). ``--checkpoint-dir`` picks the folder (default: ``runs/checkpointing``).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import hashlib
 from typing import Any
 
 import torch
-from accel import Accelerator
+from accel import Accelerator, DataLoaderConfiguration
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -60,7 +61,10 @@ def main() -> None:
     args = parser.parse_args()
 
     torch.manual_seed(0)
-    accelerator = Accelerator()
+    # exact_resume: load_state also restores the loader's place in the epoch, so the
+    # resumed run continues with the next unseen batch (Accelerate's default, and accel's,
+    # starts the epoch again and leaves skipping the seen batches to the script)
+    accelerator = Accelerator(dataloader_config=DataLoaderConfiguration(exact_resume=True))
     generator = torch.Generator().manual_seed(1)
     x = torch.randn(64, 8, generator=generator)
     data = TensorDataset(x, torch.tanh(x.sum(dim=1, keepdim=True)))

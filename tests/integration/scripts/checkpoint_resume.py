@@ -29,15 +29,16 @@ from accel.checkpointing import ProjectConfiguration
 from accel.utils import DataLoaderConfiguration
 
 STEPS, SAVE_AT = 9, 6  # 4 batches per epoch per process: the save lands mid-epoch 2
-# Default data options on purpose: a shuffled loader resumes exactly without
-# use_seedable_sampler or a generator of the user's (the prepared loader's permutation is a
+# Default data options on purpose but exact_resume (accel's switch: load_state restores the
+# loader's mid-epoch position; Accelerate's default starts the epoch again): a shuffled
+# loader resumes exactly without use_seedable_sampler or a generator of the user's (the prepared loader's permutation is a
 # function of (seed, epoch) that its state_dict records, and iterating never draws from
 # the global RNG, so dropout after the resume matches).
 DATA = {"cpu": True}
 
 
 def _data_config():
-    return DataLoaderConfiguration()
+    return DataLoaderConfiguration(exact_resume=True)
 
 
 def build(accelerator: Accelerator):

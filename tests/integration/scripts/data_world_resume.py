@@ -37,7 +37,8 @@ class Stream(IterableDataset):
 
 def run(strategy: str, work: Path, stage: int, steps: str) -> None:
     plugin = FullyShardedDataParallelPlugin() if strategy == "fsdp" else None
-    config = DataLoaderConfiguration(use_seedable_sampler=strategy == "fsdp", data_seed=5)
+    config = DataLoaderConfiguration(use_seedable_sampler=strategy == "fsdp", data_seed=5,
+                                     exact_resume=True)
     accelerator = Accelerator(cpu=True, fsdp_plugin=plugin, dataloader_config=config)
     torch.manual_seed(0)
     ids = torch.arange(SIZE)

@@ -64,6 +64,11 @@ class CheckpointLayout(abc.ABC):
         ``model``, ``model_1``, ...; ``weights`` is the list save pre-hooks receive (and may
         pop entries from, to save a model themselves)."""
 
+    def load_hook_models(self, models: list[Any]) -> list[Any]:
+        """The list load pre-hooks receive: the models this layout loads from full state
+        dicts (a hook popping one loads it itself, and the layout then does not)."""
+        return list(models)
+
     @abc.abstractmethod
     def load_entry(self, model: torch.nn.Module, strict: bool = True) -> Any:
         """What to hand :meth:`load` for an (unwrapped) model (``strict``: its keys must match)."""
@@ -184,6 +189,11 @@ class PerRankLayout(CheckpointLayout):
 
     def save_entries(self, models: list[torch.nn.Module]) -> tuple[list[Any], list[Any]]:
         return list(models), []
+
+    def load_hook_models(self, models: list[Any]) -> list[Any]:
+        """``[]``: the writer loads every model, before the hooks run (as Accelerate's FSDP
+        and DeepSpeed loads do), so there is nothing for a hook to take over."""
+        return []
 
     def load_entry(self, model: torch.nn.Module, strict: bool = True) -> Any:
         return model if strict else _NonStrict(model)

@@ -14,7 +14,9 @@ from accel_state.errors import ConfigurationError
 __all__ = ["DataLoaderConfiguration"]
 
 _BOOLS = ("split_batches", "even_batches", "use_seedable_sampler", "non_blocking",
-          "use_stateful_dataloader")
+          "use_stateful_dataloader", "exact_resume")
+#: fields that tell ``Accelerator.load_state`` what to restore, not how to shard
+_RESUME_ONLY = ("exact_resume",)
 
 
 @dataclass(kw_only=True)
@@ -53,7 +55,16 @@ class DataLoaderConfiguration:
 
     use_stateful_dataloader: bool = field(default=False)
     """Build on torchdata's ``StatefulDataLoader`` (``pip install "accel-data[torchdata]"``),
-    whose ``state_dict`` also captures worker and sampler iterator state."""
+    whose ``state_dict`` also captures worker and sampler iterator state. As in Accelerate,
+    ``Accelerator.load_state`` then also restores each loader's mid-epoch position."""
+
+    exact_resume: bool = field(default=False)
+    """accel's own (not Accelerate's): ``Accelerator.load_state`` restores each prepared
+    loader's mid-epoch position, so the resumed run continues with the next unseen batch
+    (also on another number of processes or batch size) and the script must not skip
+    batches itself. False (Accelerate's default): it restores the epoch and its shuffle,
+    and the loader starts that epoch from its first batch; the script skips what it has
+    seen (``skip_first_batches``, or ``continue`` as diffusers' examples do)."""
 
     def __post_init__(self) -> None:
         for name in _BOOLS:
@@ -78,4 +89,4 @@ class DataLoaderConfiguration:
 
     def to_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of :func:`accel_data.prepare_data_loader`."""
-        return self.to_dict()
+        return {k: v for k, v in self.to_dict().items() if k not in _RESUME_ONLY}

@@ -147,9 +147,19 @@ class DataLoaderStateMixin:
             state["sampler_draw"] = encode_draw(sampler.generator.get_state())
         return state
 
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Continue from ``state_dict``: the next pass resumes that epoch where it stopped."""
-        epoch, done, start, mid = self._checked_position(state_dict)
+    def load_state_dict(self, state_dict: dict[str, Any], *, position: bool = True) -> None:
+        """Continue from ``state_dict``: the next pass resumes that epoch where it stopped.
+
+        ``position=False``: the next pass is that epoch from its first batch instead, with
+        the same shuffle (what Accelerate's ``load_state`` restores of a loader that is not
+        stateful: the script skips the batches it has seen itself)."""
+        if position:
+            epoch, done, start, mid = self._checked_position(state_dict)
+        else:  # a saved pass (mid-epoch) is replayed whole: same draw, nothing skipped
+            epoch, done, _, _ = self._checked_position(
+                {k: state_dict.get(k) for k in ("epoch", "batches_yielded")})
+            mid = done > 0 or "source_batches" in state_dict
+            done = start = 0
         self._start_plan = (epoch, start) if start else None
         self.set_epoch(epoch)  # type: ignore[attr-defined]
         self._yielded = 0

@@ -283,6 +283,13 @@ class Strategy:
         """The user's own module inside whatever this strategy wrapped around it."""
         return extract_model_from_parallel(model, keep_fp32_wrapper, keep_torch_compile)
 
+    def tracked_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        """The object Accelerate keeps for a prepared model (its ``accelerator._models``),
+        which save/load state hooks receive: the module inside a data-parallel wrapper
+        (scripts call ``save_pretrained`` on it); a strategy whose prepared model is an
+        engine Accelerate tracks as such returns that engine."""
+        return self.unwrap_model(model, keep_torch_compile=False)
+
     # -- the step -----------------------------------------------------------------------------
     def backward(self, loss: torch.Tensor, *, accumulation_steps: int = 1,
                  micro_step: MicroStep = BOUNDARY, **kwargs: Any) -> None:

@@ -21,6 +21,7 @@ from accel_checkpoint.applying import apply_states
 from accel_checkpoint.errors import CheckpointError
 from accel_checkpoint.layouts import REPLICATED_LAYOUT
 
+from accel._checkpoint_hooks import run_load_hooks
 from accel._checkpoint_layouts import checkpoint_layout
 from accel._checkpoint_objects import indexed, scaler_of
 
@@ -50,7 +51,9 @@ def _check_counts(path: Path, kind: str, saved: int, prepared: int) -> None:
 
 def load_accelerate_checkpoint(accelerator: Any, path: Path, strict: bool = True) -> None:
     """Restore models, optimizers, schedulers, the grad scaler, registered objects, this
-    rank's RNG states and ``accelerator.step`` from Accelerate's checkpoint at ``path``."""
+    rank's RNG states and ``accelerator.step`` from Accelerate's checkpoint at ``path``.
+    Its files are read and checked first; then the load pre-hooks run, and the models
+    they did not pop must match the model files in number."""
     layout = checkpoint_layout(accelerator)
     if layout.name != REPLICATED_LAYOUT:
         raise CheckpointError(
@@ -58,12 +61,15 @@ def load_accelerate_checkpoint(accelerator: Any, path: Path, strict: bool = True
             f"saved in the {layout.name!r} layout, which it cannot be loaded into. Load it in "
             "a single-process or DDP run and save_state there, then resume from that.")
     checkpoint = read_accelerate_checkpoint(path, accelerator.process_index)
-    models, optimizers = accelerator._models, accelerator._optimizers
+    optimizers = accelerator._optimizers
     schedulers, custom = accelerator._schedulers, accelerator._custom_objects
-    _check_counts(path, "model", len(checkpoint.models), len(models))
     _check_counts(path, "optimizer", len(checkpoint.optimizers), len(optimizers))
     _check_counts(path, "scheduler", len(checkpoint.schedulers), len(schedulers))
     _check_counts(path, "custom object", len(checkpoint.custom), len(custom))
+    # As Accelerate: the load hooks first (a model saved by a hook, e.g. save_pretrained
+    # into unet/, has no model.safetensors; the hook pops it and loads it), then the rest.
+    models = run_load_hooks(accelerator, layout, path)
+    _check_counts(path, "model", len(checkpoint.models), len(models))
     pairs = [(indexed("model", i),
               _Model(accelerator.unwrap_model(model, keep_torch_compile=False), strict), state)
              for i, (model, state) in enumerate(zip(models, checkpoint.models, strict=True))]

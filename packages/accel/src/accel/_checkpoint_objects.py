@@ -24,8 +24,8 @@ from accel_checkpoint.tree import flatten_state, unflatten_state
 from accel_state import PartialState
 from accel_state.protocols import Stateful
 
-__all__ = ["indexed", "shared_objects", "ModelSlot", "LegacyPosition", "saved_dataloaders",
-           "scaler_of", "save_accelerator_state", "load_accelerator_state", "save_custom_state",
+__all__ = ["indexed", "shared_objects", "ModelSlot", "EpochStart", "LegacyPosition",
+           "saved_dataloaders", "scaler_of", "save_accelerator_state", "load_accelerator_state", "save_custom_state",
            "load_custom_state"]
 
 
@@ -86,7 +86,7 @@ def load_accelerator_state(input_dir: str | os.PathLike[str], models: list[Any],
     strict = load_model_func_kwargs.get("strict", True)
     models = [ModelSlot(m, strict) for m in models]
     objects = shared_objects(models, optimizers, schedulers, [], scaler)
-    objects.update(saved_dataloaders(input_dir, dataloaders))
+    objects.update(saved_dataloaders(input_dir, dataloaders, exact=False))
     loaded = load_checkpoint(input_dir, objects)
     data = loaded.data or {}
     return {"step": data.get("step", loaded.step or 0)}
@@ -94,16 +94,22 @@ def load_accelerator_state(input_dir: str | os.PathLike[str], models: list[Any],
 
 def saved_dataloaders(path: str | os.PathLike[str], dataloaders: list[Any],
                       saved: dict[str, Any] | None = None, saved_world: int | None = None,
-                      world: int | None = None) -> dict[str, Any]:
+                      world: int | None = None, *, exact: bool = True) -> dict[str, Any]:
     """The prepared ``Stateful`` loaders whose position the checkpoint at ``path`` holds
     (``saved``: its manifest's objects, when already read); the others warn. Saved by
     ``saved_world`` processes and loaded by ``world``, a position from before world-size
-    changes were re-dealt warns what it repeats or skips (:class:`LegacyPosition`)."""
+    changes were re-dealt warns what it repeats or skips (:class:`LegacyPosition`).
+    ``exact=False`` (Accelerate's ``load_state``): a loader that is not stateful
+    (``use_stateful_dataloader``) gets its epoch back but starts it from its first batch
+    (:class:`EpochStart`); the script skips what it has seen."""
     saved = saved if saved is not None else read_manifest(path).objects
     found: dict[str, Any] = {}
     for i, loader in enumerate(dataloaders):
         name = indexed("dataloader", i)
-        if name in saved and isinstance(loader, Stateful):
+        if name in saved and isinstance(loader, Stateful) and not (
+                exact or getattr(loader, "use_stateful_dataloader", False)):
+            found[name] = EpochStart(loader)
+        elif name in saved and isinstance(loader, Stateful):
             changed = saved_world is not None and world is not None and saved_world != world
             found[name] = LegacyPosition(loader, name, path, saved_world, world) if changed \
                 else loader
@@ -111,6 +117,21 @@ def saved_dataloaders(path: str | os.PathLike[str], dataloaders: list[Any],
             warnings.warn(f"{path} has no position for dataloader {i}; it starts from the "
                           "beginning of its epoch.", stacklevel=3)
     return found
+
+
+class EpochStart:
+    """A prepared loader loaded as Accelerate loads one that is not stateful: its epoch and
+    shuffle come back, its mid-epoch position does not (the next pass is that epoch from
+    its first batch, so a script that skips the batches it has seen skips them once)."""
+
+    def __init__(self, loader: Any) -> None:
+        self.loader = loader
+
+    def state_dict(self) -> Any:
+        return self.loader.state_dict()
+
+    def load_state_dict(self, state: Any) -> None:
+        self.loader.load_state_dict(state, position=False)
 
 
 class LegacyPosition:

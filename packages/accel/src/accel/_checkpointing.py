@@ -40,8 +40,13 @@ from accel_checkpoint.project import CHECKPOINT_PATTERN, ProjectConfiguration
 from accel_checkpoint.weights import save_model_weights
 from accel_state import env
 from accel_state.errors import ConfigurationError
-from torch.utils.hooks import RemovableHandle
 
+from accel._checkpoint_hooks import (
+    hook_models,
+    register_load_state_pre_hook,
+    register_save_state_pre_hook,
+    run_load_hooks,
+)
 from accel._accelerate_checkpoints import load_accelerate_checkpoint
 from accel._checkpoint_layouts import checkpoint_layout, layout_loader
 from accel._checkpoint_objects import saved_dataloaders, scaler_of, shared_objects
@@ -160,11 +165,12 @@ def save_state(accelerator: Any, output_dir: str | os.PathLike[str] | None = Non
     layout = checkpoint_layout(accelerator)
     entries, weights = layout.save_entries([_weights_module(accelerator, m)
                                             for m in accelerator._models])
+    models_for_hooks = hook_models(accelerator)
     objects: dict[str, Any] = {}
 
     def prepare_dir(staging: Path) -> None:
         for hook in accelerator._save_model_state_pre_hook.values():
-            hook(accelerator._models, weights, str(staging))
+            hook(models_for_hooks, weights, str(staging))
         objects.update(shared_objects(entries, accelerator._optimizers,
                                       accelerator._schedulers, accelerator._dataloaders,
                                       scaler_of(accelerator), accelerator._custom_objects))
@@ -254,19 +260,18 @@ def _load_state(accelerator: Any, input_dir: Path, mode: str, trust_pickles: boo
     layout = checkpoint_layout(accelerator)
     manifest = read_manifest(input_dir)
     load = layout_loader(layout, manifest, input_dir)  # refuses a layout that cannot fit
-    models = list(accelerator._models)
     strict = load_model_func_kwargs.get("strict", True)
     objects: dict[str, Any] = {}
 
     def prepare(path: Path) -> None:
-        for hook in accelerator._load_model_state_pre_hook.values():
-            hook(models, str(path))
-        entries = [layout.load_entry(_weights_module(accelerator, m), strict) for m in models]
+        entries = [layout.load_entry(_weights_module(accelerator, m), strict)
+                   for m in run_load_hooks(accelerator, layout, path)]
         objects.update(shared_objects(entries, accelerator._optimizers,
                                       accelerator._schedulers, [], scaler_of(accelerator),
                                       accelerator._custom_objects))
         objects.update(saved_dataloaders(path, accelerator._dataloaders, manifest.objects,
-                                         manifest.world_size, accelerator.num_processes))
+                                         manifest.world_size, accelerator.num_processes,
+                                         exact=accelerator._dataloader_config.exact_resume))
 
     loaded = load(input_dir, objects, verify=mode, prepare=prepare, manifest=manifest,
                          trust_pickles=trust_pickles)
@@ -312,20 +317,6 @@ def _pretty_name(obj: Any) -> str:
     if not (hasattr(obj, "__qualname__") or hasattr(obj, "__name__")):
         obj = type(obj)
     return getattr(obj, "__qualname__", None) or getattr(obj, "__name__", repr(obj))
-
-
-def register_save_state_pre_hook(accelerator: Any, hook: Any) -> RemovableHandle:
-    """``hook(models, weights, output_dir)`` runs before saving; it may edit ``weights``."""
-    handle = RemovableHandle(accelerator._save_model_state_pre_hook)
-    accelerator._save_model_state_pre_hook[handle.id] = hook
-    return handle
-
-
-def register_load_state_pre_hook(accelerator: Any, hook: Any) -> RemovableHandle:
-    """``hook(models, input_dir)`` runs before loading; it may remove ``models`` entries."""
-    handle = RemovableHandle(accelerator._load_model_state_pre_hook)
-    accelerator._load_model_state_pre_hook[handle.id] = hook
-    return handle
 
 
 def _weights_module(accelerator: Any, model: torch.nn.Module) -> torch.nn.Module:

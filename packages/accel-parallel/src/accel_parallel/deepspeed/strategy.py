@@ -355,6 +355,12 @@ class DeepSpeedStrategy(Strategy):
                 break
         return extract_model_from_parallel(model, keep_fp32_wrapper, keep_torch_compile)
 
+    def tracked_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        """The engine: Accelerate hands save/load hooks the DeepSpeed engines it tracks."""
+        if any(model is engine for engine in self.engines.values()):
+            return model
+        return super().tracked_model(model)
+
     def checkpoint_format(self, models: list[torch.nn.Module]) -> Any:
         """DeepSpeed's own engine checkpoint inside accel's commit protocol, when any of the
         models is an engine's (:class:`~accel_parallel.deepspeed.checkpoint.DeepSpeedWriter`)."""
