@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import pickle
+
 import pytest
 import torch
 from accel_data import (
@@ -80,3 +82,70 @@ def test_the_dispatcher_reads_no_further_ahead_than_a_shard(skip):
     seen = _epochs_seen(DataLoaderDispatcher, skip)
     assert seen == _epochs_seen(DataLoaderShard, skip)
     assert seen == [1] * (3 - skip) + [2]
+
+
+def test_base_dataloader_is_the_loader_itself():
+    # Accelerate's adapters wrap a DataLoader under this name; ours are the DataLoader
+    built = [SkipDataLoader(list(range(16)), batch_size=4, skip_batches=2),
+             DataLoaderShard(list(range(16)), batch_size=4),
+             DataLoaderDispatcher(list(range(16)), batch_size=4)]
+    for loader in built:
+        assert loader.base_dataloader is loader and isinstance(loader.base_dataloader, DataLoader)
+    with pytest.raises(AttributeError, match="instance"):
+        _ = DataLoaderShard.base_dataloader
+
+
+def test_dispatch_batches_gives_a_dispatcher_on_one_process_and_it_pickles():
+    loader = DataLoader(torch.arange(10), batch_size=3)
+    prepared = prepare_data_loader(loader, num_processes=1, process_index=0,
+                                   dispatch_batches=True)
+    assert isinstance(prepared, DataLoaderDispatcher)
+    again = pickle.loads(pickle.dumps(prepared))
+    assert isinstance(again, DataLoaderDispatcher) and len(again) == len(prepared) == 4
+    assert [b.tolist() for b in again] == [b.tolist() for b in prepared] == \
+        [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9]]
+    skipped = pickle.loads(pickle.dumps(prepare_data_loader(
+        skip_first_batches(loader, 2), num_processes=1, process_index=0, dispatch_batches=True)))
+    assert isinstance(skipped, DataLoaderDispatcher) and len(skipped) == 2
+    assert [b.tolist() for b in skipped] == [[6, 7, 8], [9]]
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_stateful_adapters_match_torchdata_batches_and_state(num_workers):
+    pytest.importorskip("torchdata")
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    data = list(range(64))
+
+    def build(cls=None, **extra):
+        kwargs = dict(batch_size=4, num_workers=num_workers,
+                      generator=torch.Generator().manual_seed(42), **extra)
+        if cls is None:
+            return StatefulDataLoader(data, **kwargs)
+        return cls(data, use_stateful_dataloader=True, **kwargs)
+
+    def first(loader, count):
+        out = []
+        for step, batch in enumerate(loader):
+            out.append(batch.tolist())
+            if step == count - 1:
+                break
+        return out
+
+    reference = build()
+    expected = first(reference, 8)
+    state = reference.state_dict()
+    for cls in (SkipDataLoader, DataLoaderShard, DataLoaderDispatcher):
+        loader = build(cls)
+        assert first(loader, 8) == expected, cls
+        assert loader.state_dict() == state, cls  # torchdata's state, nothing more
+        resumed = build(cls)
+        resumed.load_state_dict(state)
+        assert [b.tolist() for b in resumed] == [list(range(i, i + 4)) for i in range(32, 64, 4)]
+    # past the first epoch accel's own position (epoch, ...) goes next to torchdata's keys
+    loader = build(DataLoaderShard)
+    list(loader)
+    first(loader, 2)
+    later = loader.state_dict()
+    assert later["epoch"] == 1 and later["batches_yielded"] == 2
+    assert {k: v for k, v in later.items() if k in state}.keys() == state.keys()

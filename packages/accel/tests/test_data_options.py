@@ -60,3 +60,22 @@ def test_module_paths():
     assert accel.utils.DataLoaderConfiguration is accel_data.DataLoaderConfiguration
     assert accel.data_loader.DataLoaderDispatcher is accel_data.DataLoaderDispatcher
     assert accel.data_loader.skip_first_batches is accel_data.skip_first_batches
+
+
+@pytest.mark.parametrize("dispatch", [True, False])
+def test_prepare_gives_accelerates_class_and_the_accelerator_pickles(dispatch):
+    import pickle
+
+    from accel_data import DataLoaderShard
+
+    loader = DataLoader(torch.utils.data.TensorDataset(torch.arange(10)))
+    accelerator = Accelerator(cpu=True, dataloader_config=DataLoaderConfiguration(
+        dispatch_batches=dispatch))
+    prepared, skipped = accelerator.prepare(loader, accel.skip_first_batches(loader, 2))
+    assert isinstance(prepared, DataLoaderDispatcher) == dispatch
+    assert isinstance(prepared, DataLoaderShard)
+    restored = pickle.loads(pickle.dumps(accelerator))
+    again, again_skipped = restored._dataloaders
+    assert type(again) is type(prepared) and len(again) == len(prepared) == 10
+    assert [b[0].tolist() for b in again] == [b[0].tolist() for b in prepared]
+    assert [b[0].tolist() for b in again_skipped] == [[i] for i in range(2, 10)]

@@ -28,6 +28,19 @@ from accel_data.samplers import SkipBatchSampler, get_sampler, keep_rng
 __all__ = ["DataLoaderStateMixin", "DataLoaderShard", "UnsizedLoaderError"]
 
 
+class _ItselfAsBase:
+    """``base_dataloader``: Accelerate's loaders wrap a ``DataLoader`` and expose it under
+    this name; ours are the ``DataLoader`` themselves, so an instance answers with itself.
+    Read on the class it raises ``AttributeError``, as Accelerate's instance attribute does."""
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        if obj is None:
+            raise AttributeError(
+                "base_dataloader is an attribute of a loader instance, not of its class; "
+                "read it on a DataLoaderShard you built or prepared.")
+        return obj
+
+
 class DataLoaderShard(DataLoaderStateMixin, DataLoader):
     """A ``DataLoader`` over one rank's shard that moves each batch to ``device``.
 
@@ -46,6 +59,8 @@ class DataLoaderShard(DataLoaderStateMixin, DataLoader):
     """
 
     _is_accelerate_prepared = True
+    #: the ``DataLoader`` doing the loading: this loader itself (see :class:`_ItselfAsBase`)
+    base_dataloader = _ItselfAsBase()
     #: built on torchdata's ``StatefulDataLoader`` (True for :func:`stateful_class` variants)
     use_stateful_dataloader = False
 

@@ -324,7 +324,7 @@ def prepare_data_loader(dataloader: DataLoader, device: torch.device | str | Non
     seedable = bool(use_seedable_sampler)
     common = {"device": device if put_on_device else None, "non_blocking": non_blocking,
               "use_stateful_dataloader": use_stateful_dataloader}
-    if dispatch_batches and num_processes > 1:
+    if dispatch_batches:  # also on one process, as Accelerate (its class is the contract)
         from accel_data.dispatcher import DataLoaderDispatcher
 
         kwargs = _dispatch_kwargs(dataloader, seedable, data_seed, kwargs, group)

@@ -42,10 +42,11 @@ def _check_split(batch_size: int | None, num_processes: int, owner: str) -> None
             "attribute; give it a `batch_size` attribute or use split_batches=False.")
     if batch_size % num_processes != 0:
         raise ConfigurationError(
-            f"split_batches=True cuts each batch of size {batch_size} into num_processes="
-            f"{num_processes} equal slices, but {batch_size} is not divisible by "
-            f"{num_processes}; use a batch size that is a multiple of {num_processes} "
-            "or split_batches=False.")
+            f"To use split_batches=True, the batch size ({batch_size}) of {owner} needs to "
+            f"be a round multiple of the number of processes ({num_processes}): each batch "
+            f"is cut into {num_processes} equal slices, and {batch_size} is not divisible by "
+            f"{num_processes}. Use a batch size that is a multiple of {num_processes}, or "
+            "split_batches=False.")
 
 
 def _wrap(head: Sequence[Any], start: int, count: int) -> list[Any]:

@@ -39,11 +39,31 @@ def _inner_state(loader: Any, state: dict[str, Any]) -> dict[str, Any] | None:
     states = getattr(loader, "_states", None)
     if state["batches_yielded"]:
         if states and loader._yielded == state["batches_yielded"]:
-            return states[-1] if loader.end_of_dataloader or len(states) == 1 else states[-2]
+            ahead = _batches_per_step(loader)  # what the look-ahead has read beyond
+            if loader.end_of_dataloader or len(states) <= ahead:
+                return states[-1]
+            return states[-1 - ahead]
         return None
     if loader._iterator is not None and states:
         return StatefulDataLoader.state_dict(loader)  # the finished pass's own state
     return dict(_FRESH) if loader.num_workers == 0 else None
+
+
+def _batches_per_step(loader: Any) -> int:
+    """Batches of the wrapped loader one step reads: a dispatcher without split_batches
+    reads one per process (on its reading rank), everything else one."""
+    if hasattr(loader, "_open_base") and not loader.split_batches:
+        return loader.num_processes
+    return 1
+
+
+def _says_nothing_more(state: dict[str, Any]) -> bool:
+    """Whether accel's position adds nothing to torchdata's state: the first epoch, on one
+    process, without a seeded or replayed shuffle. torchdata's state alone is then the
+    whole position, and it is returned alone, equal to Accelerate's (and to a plain
+    ``StatefulDataLoader``'s), which code written for Accelerate compares against."""
+    return (state.get("epoch") == 0 and state.get("num_processes", 1) == 1
+            and "sampler_seed" not in state and "sampler_draw" not in state)
 
 
 def _refuse_other_layout(loader: Any, state: dict[str, Any]) -> None:
@@ -87,6 +107,12 @@ def stateful_class(base: type) -> type:
         self._states = deque(maxlen=2)
         return _tracking(self, iterator), to_read
 
+    def _open_base(self: Any, skip: int) -> tuple[Iterator[Any], int]:
+        # a dispatcher's reading rank reads here (it never calls _open)
+        iterator, discard = base._open_base(self, skip)
+        self._states = deque(maxlen=1 + _batches_per_step(self))
+        return _tracking(self, iterator), discard
+
     def _tracking(self: Any, iterator: Iterator[Any]) -> Iterator[Any]:
         for batch in iterator:
             self._states.append(StatefulDataLoader.state_dict(self))
@@ -98,8 +124,9 @@ def stateful_class(base: type) -> type:
         if inner is None:
             return state
         # torchdata's own keys at the top level (what Accelerate's state_dict is), ours next
-        # to them: either loader loads the other's state
-        return {**inner, "_iterator_finished": bool(self.end_of_dataloader), **state}
+        # to them where they say more: either loader loads the other's state
+        inner = {**inner, "_iterator_finished": bool(self.end_of_dataloader)}
+        return inner if _says_nothing_more(state) else {**inner, **state}
 
     def load_state_dict(self: Any, state_dict: dict[str, Any]) -> None:
         inner = {k: v for k, v in state_dict.items() if k not in _OURS}
@@ -123,6 +150,7 @@ def stateful_class(base: type) -> type:
         "__getstate__": __getstate__,
         "__doc__": f"{base.__name__} on torchdata's StatefulDataLoader.",
         "__module__": __name__, "_open": _open, "state_dict": state_dict,
+        **({"_open_base": _open_base} if hasattr(base, "_open_base") else {}),
         "load_state_dict": load_state_dict, "use_stateful_dataloader": True})
     _CLASSES[base] = cls
     globals().setdefault(cls.__name__, cls)  # pickle finds it by name (see __getattr__)
