@@ -22,7 +22,7 @@ from accel_data.samplers import (
 from accel_data.sharding import BatchSamplerShard, IterableDatasetShard
 from accel_data.skip import SkipDataLoader, skip_first_batches
 
-__version__ = "0.2.2"
+__version__ = "0.2.3"
 
 __all__ = [
     "BatchSamplerShard",

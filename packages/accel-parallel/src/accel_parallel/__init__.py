@@ -53,7 +53,7 @@ from accel_parallel.strategy import (
 from accel_parallel.strategy_options import StrategyPreset
 from accel_parallel.unwrap import extract_model_from_parallel, is_sharded_model
 
-__version__ = "0.3.5"
+__version__ = "0.3.6"
 
 __all__ = [
     "DDPCommunicationHookType", "DDPStrategy", "DynamoBackend", "TorchDynamoPlugin",

@@ -41,7 +41,7 @@ from accel_precision.te import (
     has_transformer_engine_layers,
 )
 
-__version__ = "0.1.1"
+__version__ = "0.1.2"
 
 __all__ = [
     "AORecipeKwargs", "AutocastForward", "AutocastKwargs", "AutocastPrecision", "BF16Precision",
