@@ -6,9 +6,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from accel_checkpoint.errors import CheckpointError
-
 from accel import Accelerator
+from accel_checkpoint.errors import CheckpointError
 
 FIXTURES = Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "accelerate_checkpoints"
 

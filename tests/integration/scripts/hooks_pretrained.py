@@ -23,9 +23,8 @@ import os
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
-
 from accel import Accelerator, DistributedType
+from safetensors.torch import load_file, save_file
 
 
 class TinyUNet(torch.nn.Module):

@@ -25,8 +25,8 @@ from accel_state import PartialState
 from accel_state.protocols import Stateful
 
 __all__ = ["indexed", "shared_objects", "ModelSlot", "EpochStart", "LegacyPosition",
-           "saved_dataloaders", "scaler_of", "save_accelerator_state", "load_accelerator_state", "save_custom_state",
-           "load_custom_state"]
+           "saved_dataloaders", "scaler_of", "save_accelerator_state", "load_accelerator_state",
+           "save_custom_state", "load_custom_state"]
 
 
 def indexed(base: str, i: int) -> str:

@@ -41,13 +41,13 @@ from accel_checkpoint.weights import save_model_weights
 from accel_state import env
 from accel_state.errors import ConfigurationError
 
+from accel._accelerate_checkpoints import load_accelerate_checkpoint
 from accel._checkpoint_hooks import (
     hook_models,
     register_load_state_pre_hook,
     register_save_state_pre_hook,
     run_load_hooks,
 )
-from accel._accelerate_checkpoints import load_accelerate_checkpoint
 from accel._checkpoint_layouts import checkpoint_layout, layout_loader
 from accel._checkpoint_objects import saved_dataloaders, scaler_of, shared_objects
 
