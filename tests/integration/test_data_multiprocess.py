@@ -28,8 +28,10 @@ def test_every_sharding_mode_gathers_exactly_and_resumes_in_new_processes(explai
     saved, resumed = data_launches
     assert saved.returncode == 0, explain(saved)
     for rank in (0, 1):
-        # 64 configurations; 8 of them give the ranks unequal batch counts (even_batches off)
-        assert f"DATA-SAVE-OK rank={rank} cases=64 lockstep=56" in saved.stdout, explain(saved)
+        # 64 configurations; 4 of them give the ranks unequal batch counts (even_batches
+        # off, not dispatched: a dispatched final step is cut as Accelerate cuts it, so
+        # every rank gets a part as long as it holds one sample per process)
+        assert f"DATA-SAVE-OK rank={rank} cases=64 lockstep=60" in saved.stdout, explain(saved)
     for rank in (0, 1):
         assert f"DATA-RESUME-OK rank={rank} cases=64" in resumed.stdout, explain(resumed)
 

@@ -19,7 +19,8 @@ from accel_data.samplers import (
     SkipBatchSampler,
     get_sampler,
 )
-from accel_data.sharding import BatchSamplerShard, IterableDatasetShard
+from accel_data.iterable_shard import IterableDatasetShard
+from accel_data.sharding import BatchSamplerShard
 from accel_data.skip import SkipDataLoader, skip_first_batches
 
 __version__ = "0.2.3"

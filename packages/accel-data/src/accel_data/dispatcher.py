@@ -17,17 +17,19 @@ from __future__ import annotations
 
 import itertools
 from contextlib import nullcontext
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
 from accel_state.groups import source_rank
-from accel_state.operations import broadcast_object_list, ignorant_find_batch_size
-from accel_state.structures import honor_type, is_namedtuple, recursively_apply, send_to_device
+from accel_state.operations import broadcast_object_list
+from accel_state.structures import recursively_apply, send_to_device
 from torch.utils.data import IterableDataset
 
+from accel_data.batches import batch_len as _batch_len
+from accel_data.batches import final_cut, final_rows, slice_batch
 from accel_data.groups import resolve_world
 from accel_data.loader_state import _END
 from accel_data.loaders import DataLoaderShard, UnsizedLoaderError
@@ -62,37 +64,6 @@ class _Step:
     skeletons: list[Any]  # one per rank: the part with tensors replaced by _Slot (None: no part)
     layout: list[tuple[torch.dtype, tuple[int, ...]]]  # dtype and shape of every tensor
     remainder: int  # real samples of this global batch when it was padded, else 0 (-1 unknown)
-
-
-def _is_leaf(value: Any) -> bool:
-    return not isinstance(value, (list, tuple, Mapping, torch.Tensor))
-
-
-def slice_batch(batch: Any, start: int, stop: int) -> Any:
-    """Rows ``start:stop`` of a collated batch: tensors along dim 0, lists of plain objects
-    (e.g. strings) as lists; dicts, tuples and namedtuples keep their type (a namedtuple is
-    a record, never rows: its plain fields stay as they are)."""
-    if isinstance(batch, torch.Tensor):
-        return batch[start:stop]
-    if isinstance(batch, Mapping):
-        return type(batch)({k: slice_batch(v, start, stop) for k, v in batch.items()})
-    if isinstance(batch, (list, tuple)):
-        if batch and not is_namedtuple(batch) and all(_is_leaf(item) for item in batch):
-            return batch[start:stop]
-        return honor_type(batch, (slice_batch(item, start, stop) for item in batch))
-    return batch
-
-
-def _batch_len(batch: Any) -> int:
-    """Rows of a collated batch (first tensor's dim 0, else a list of plain objects, else 1)."""
-    size = ignorant_find_batch_size(batch)
-    if size is not None:
-        return int(size)
-    if isinstance(batch, (list, tuple)) and batch and all(_is_leaf(i) for i in batch):
-        return len(batch)
-    if isinstance(batch, Mapping):
-        return next((_batch_len(v) for v in batch.values()), 1)
-    return 1
 
 
 def _wire_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -155,23 +126,30 @@ class DataLoaderDispatcher(DataLoaderShard):
         return size if self.split_batches else size * self.num_processes
 
     def _steps_per_epoch(self, base: int) -> tuple[int, bool]:
-        """Steps for ``base`` loader batches, and whether this rank lacks a final part."""
+        """Steps for ``base`` loader batches, and whether this rank lacks a final part
+        (only without ``even_batches``, where the final step is cut as :func:`final_cut`
+        says and the processes past its real rows get nothing)."""
         num, rank = self.num_processes, self.process_index
         if self.split_batches:
-            if self.even_batches or not base:
-                return base, False
-            try:
-                size = self._loader_batch_size
-                source = self.dataset if isinstance(self.dataset, IterableDataset) \
-                    else self.batch_sampler.sampler  # type: ignore[union-attr]
-                last = len(source) % size  # type: ignore[arg-type,operator]
-            except (AttributeError, TypeError):
-                return base, False
-            return base, bool(last) and last <= rank * (size // num)
-        steps, rest = divmod(base, num)
-        if not rest or self._drop_last_source:
+            steps = base
+        elif self._drop_last_source:
+            return base // num, False
+        else:
+            steps = -(-base // num)
+        if self.even_batches or not base:
             return steps, False
-        return steps + 1, not self.even_batches and rank >= rest
+        size = self._loader_batch_size
+        try:
+            source = self.dataset if isinstance(self.dataset, IterableDataset) \
+                else self.batch_sampler.sampler  # type: ignore[union-attr]
+            total = len(source)  # type: ignore[arg-type]
+        except (AttributeError, TypeError):
+            total = None
+        if size is None or total is None or self._pending_start():
+            return steps, not self.split_batches and rank >= (base % num or num)
+        rows = final_rows(total, size, base, num, self.split_batches)
+        full = size if self.split_batches else size * num
+        return steps, rows < full and rank * -(-rows // num) >= rows
 
     def __len__(self) -> int:
         try:
@@ -253,11 +231,19 @@ class DataLoaderDispatcher(DataLoaderShard):
         stream = itertools.chain([first], stream)
         for _ in range(discard):
             next(stream, None)
+        full = self.total_batch_size if self._loader_batch_size else None
         for current in stream:
             remainder = -1 if self._drop_last_source else 0
-            missing = [r for r, p in enumerate(current) if p is None]
-            if missing and self.even_batches:
-                remainder = sum(_batch_len(p) for p in current if p is not None)
+            rows = sum(_batch_len(p) for p in current if p is not None)
+            cut = None
+            if full is not None and rows < full and remainder == 0:  # the final step
+                cut = final_cut(current, head, self.num_processes, self.even_batches,
+                                self.slice_fn)
+            if cut is not None:
+                current, remainder = cut
+            elif self.even_batches and any(p is None for p in current):  # cannot re-cut
+                remainder = rows
+                missing = [r for r, p in enumerate(current) if p is None]
                 for offset, r in enumerate(missing):
                     current[r] = head[offset % len(head)]
             yield current, remainder

@@ -224,15 +224,26 @@ class DataLoaderShard(DataLoaderStateMixin, DataLoader):
         return iterator, 0
 
     def _exact_remainder(self) -> None:
-        """At the end of a pass, read how many samples of the last global batch are real."""
-        if not self._pads or self._drop_last_source:
+        """At the end of a pass, read how many samples of the last global batch are real
+        when it is short, padded or not (Accelerate's ``remainder``; 0: it is full)."""
+        if self._drop_last_source:
             return
         shard = self._shard()
         if shard is None and isinstance(self.dataset, IterableDataset):
-            shard = self.dataset if self.num_workers == 0 else None  # else it ran in a worker
+            if hasattr(self.dataset, "num_processes"):  # an IterableDatasetShard
+                shard = self.dataset if self.num_workers == 0 else None  # else in a worker
+            else:
+                return  # one process over a stream: its length is not known
         real = getattr(shard, "padded_real", None)
         if real is not None:
             self.remainder = int(real)
+        elif shard is None:  # one process: Accelerate's count from the lengths
+            try:
+                total, per_step = self.total_dataset_length, self.total_batch_size
+            except TypeError:
+                return
+            if per_step:
+                self.remainder = total % per_step
 
     def __iter__(self) -> Iterator[Any]:
         self._settle()  # a previous pass left on its last batch is over

@@ -21,9 +21,10 @@ from accel_state.operations import broadcast_object_list
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler, Sampler
 
 from accel_data.groups import resolve_world
+from accel_data.iterable_shard import IterableDatasetShard
 from accel_data.loaders import DataLoaderShard
 from accel_data.samplers import ReplayableRandomSampler, SeedableRandomSampler, draw_seed
-from accel_data.sharding import BatchSamplerShard, IterableDatasetShard
+from accel_data.sharding import BatchSamplerShard
 
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup

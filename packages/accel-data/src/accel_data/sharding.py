@@ -1,4 +1,5 @@
-"""Per-rank shards of a batch sampler or an iterable dataset.
+"""Per-rank shards of a batch sampler (``BatchSamplerShard``; an iterable dataset's:
+:mod:`accel_data.iterable_shard`).
 
 Every rank runs the same sampler (same order, same length) and keeps only its part, so
 no communication is needed while iterating. With ``even_batches`` the ranks stay in
@@ -10,15 +11,13 @@ same shape. Those duplicates are deterministic, so ``gather_for_metrics`` can dr
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-import torch
 from accel_state.errors import ConfigurationError
-from torch.utils.data import BatchSampler, IterableDataset
+from torch.utils.data import BatchSampler
 
-__all__ = ["BatchSamplerShard", "IterableDatasetShard"]
+__all__ = ["BatchSamplerShard"]
 
 
 def _check_world(num_processes: Any, process_index: Any) -> None:
@@ -135,8 +134,9 @@ class BatchSamplerShard(BatchSampler):
             return total
         return total - 1
 
-    # Real samples in the last global batch of the latest pass when it was padded, else 0:
-    # what ``gather_for_metrics`` keeps of that batch. Set as the pass ends.
+    # Real samples in the last global batch of the latest pass when it was short (padded,
+    # or with ``even_batches=False`` not), else 0: what ``gather_for_metrics`` keeps of
+    # that batch, as Accelerate's ``remainder``. Set as the pass ends.
     padded_real: int = 0
     #: Batches of the wrapped sampler that the next passes leave out before dealing the rest
     #: round-robin (``split_batches=False`` only). A prepared loader sets it for the one pass
@@ -192,6 +192,9 @@ class BatchSamplerShard(BatchSampler):
             return
         pad = self.even_batches and not self.drop_last
         short_last = pad and total % size != 0
+        if not pad and not self.drop_last:  # a short final step keeps its real rows only
+            real = total - (batches - 1) // num * num * size
+            self.padded_real = real if real < num * size else 0
         rounds = batches // num if batches % num == 0 and not short_last else (batches - 1) // num
         for first in range(rank * size, rounds * num * size, num * size):
             yield indices[first:first + size]
@@ -212,10 +215,11 @@ class BatchSamplerShard(BatchSampler):
         head: list[int] = []  # first samples of the epoch, the wrap-around source
         mine: Any = None  # this rank's batch of the current round, held until it completes
         deferred = False  # a round ended on a short batch: pad it if no batch follows
-        count = 0
+        count = rows = 0  # rows: real samples of the current round
         batch: Any = None
         for count, batch in enumerate(self._after_start(head if pad else None, num * size),
                                       start=1):
+            rows = len(batch) + (rows if (count - 1) % num else 0)
             if deferred:
                 yield mine
                 mine, deferred = None, False
@@ -230,6 +234,8 @@ class BatchSamplerShard(BatchSampler):
                 else:
                     yield mine
                     mine = None
+        if not pad and not self.drop_last and count and size and rows < num * size:
+            self.padded_real = rows  # a short final step, not padded
         if count == 0 or (count % num == 0 and not deferred):
             return  # empty epoch, or the last round was complete and already yielded
         if self.drop_last:
@@ -286,115 +292,18 @@ class BatchSamplerShard(BatchSampler):
                     "batch_size indices per batch.")
             elif self.drop_last:
                 continue
-            elif self.even_batches:
+            else:  # the short final batch: its real rows, padded or not
                 self.padded_real = len(batch)
-                yield (list(batch) + _wrap(head, 0, size - len(batch)))[lo:hi]
-            elif len(batch) > lo:
-                yield batch[lo:hi]
+                if self.even_batches:
+                    yield (list(batch) + _wrap(head, 0, size - len(batch)))[lo:hi]
+                elif len(batch) > lo:
+                    yield batch[lo:hi]
 
 
-class IterableDatasetShard(IterableDataset):
-    """The items of an iterable ``dataset`` that belong to rank ``process_index``.
+def __getattr__(name: str) -> Any:
+    """``IterableDatasetShard`` lived here until 0.2.2: old imports and pickles still find it."""
+    if name == "IterableDatasetShard":
+        from accel_data.iterable_shard import IterableDatasetShard
 
-    Items are read in rounds of ``batch_size * num_processes`` (``batch_size`` with
-    ``split_batches``, where it is the total batch size) and each rank keeps its contiguous
-    slice of every round, i.e. one batch. The last, incomplete round is dropped with
-    ``drop_last`` and otherwise completed with the first items of the epoch, so every rank
-    yields the same number of full batches. Every rank must iterate the same items in the
-    same order. ``even_batches=False`` keeps the last round as it is instead: ranks get a
-    shorter slice of it, or none.
-    """
-
-    def __init__(self, dataset: Iterable[Any], batch_size: int = 1, drop_last: bool = False,
-                 num_processes: int = 1, process_index: int = 0,
-                 split_batches: bool = False, even_batches: bool = True) -> None:
-        _check_world(num_processes, process_index)
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ConfigurationError(
-                f"IterableDatasetShard needs a positive int batch_size, got {batch_size!r}; "
-                "pass the DataLoader's batch size.")
-        if split_batches:
-            _check_split(batch_size, num_processes, "IterableDatasetShard")
-        self.dataset = dataset
-        self.batch_size = batch_size
-        self.drop_last = bool(drop_last)
-        self.num_processes = num_processes
-        self.process_index = process_index
-        self.split_batches = bool(split_batches)
-        self.even_batches = bool(even_batches)
-        self.epoch = 0
-        self.padded_real = 0  # as BatchSamplerShard.padded_real (0: last round was full)
-        # As BatchSamplerShard.start, counted in batches of the loader's batch size: items of
-        # that many batches are read and left out before the rounds are dealt.
-        self.start = 0
-
-    def set_epoch(self, epoch: int) -> None:
-        """Record the epoch and forward it to the dataset when it reshuffles per epoch."""
-        self.epoch = epoch
-        if hasattr(self.dataset, "set_epoch"):
-            self.dataset.set_epoch(epoch)
-
-    @property
-    def total_batch_size(self) -> int:
-        """Items per round across all ranks."""
-        return self.batch_size if self.split_batches else self.batch_size * self.num_processes
-
-    @property
-    def process_batch_size(self) -> int:
-        """Items per round for this rank (the per-rank batch size)."""
-        return self.batch_size // self.num_processes if self.split_batches else self.batch_size
-
-    @property
-    def total_length(self) -> int:
-        """Length of the wrapped dataset (``TypeError`` when it has none)."""
-        return len(self.dataset)  # type: ignore[arg-type]
-
-    def __len__(self) -> int:
-        total = self.total_length
-        if self.start and not self.split_batches:
-            total = max(total - self.start * self.process_batch_size, 0)
-        if not self.even_batches and not self.drop_last:
-            full, rest = divmod(total, self.total_batch_size)
-            lo = self.process_index * self.process_batch_size
-            return full * self.process_batch_size + max(0, min(self.process_batch_size,
-                                                                rest - lo))
-        rounds = total / self.total_batch_size
-        rounds = math.floor(rounds) if self.drop_last else math.ceil(rounds)
-        return rounds * self.process_batch_size
-
-    def __iter__(self) -> Iterator[Any]:
-        generator = getattr(self.dataset, "generator", None)
-        if isinstance(generator, torch.Generator) and not hasattr(self.dataset, "set_epoch"):
-            generator.manual_seed(self.epoch)  # Accelerate's: a dataset shuffling by itself
-        round_size = self.total_batch_size
-        lo = self.process_index * self.process_batch_size
-        hi = lo + self.process_batch_size
-        head: list[Any] | None = None
-        buffer: list[Any] = []
-        self.padded_real = 0
-        items: Iterable[Any] = self.dataset
-        if self.start and not self.split_batches:
-            items, head = self._after_start(round_size)
-        for item in items:
-            buffer.append(item)
-            if len(buffer) == round_size:
-                yield from buffer[lo:hi]
-                if head is None:
-                    head = buffer
-                buffer = []
-        if buffer and not self.drop_last and not self.even_batches:
-            yield from buffer[lo:hi]
-        elif buffer and not self.drop_last:
-            if not head:
-                head = list(buffer)
-            self.padded_real = len(buffer)
-            buffer.extend(_wrap(head, 0, round_size - len(buffer)))
-            yield from buffer[lo:hi]
-
-    def _after_start(self, round_size: int) -> tuple[Iterator[Any], list[Any]]:
-        """The dataset's items after the first ``start`` batches, and the epoch's first
-        ``round_size`` items (the padding source, read whether left out or not)."""
-        items = iter(self.dataset)
-        left_out = self.start * self.process_batch_size
-        prefix = list(itertools.islice(items, max(left_out, round_size)))
-        return itertools.chain(prefix[left_out:], items), prefix[:round_size]
+        return IterableDatasetShard
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
