@@ -28,7 +28,7 @@ from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 from torch.utils.data import DataLoader, TensorDataset
 
-from accel import Accelerator
+from accel import Accelerator, DataLoaderConfiguration
 from checkpoint_resume import batches, train  # the same loop as the replicated resume test
 from accel.checkpointing import ProjectConfiguration
 
@@ -91,7 +91,8 @@ def same(a: dict[str, object], b: dict[str, object]) -> bool:
 
 def main(work: Path) -> None:
     config = ProjectConfiguration(str(work), automatic_checkpoint_naming=True, total_limit=1)
-    first = Accelerator(cpu=True, project_config=config)
+    exact = DataLoaderConfiguration(exact_resume=True)  # load_state restores the position
+    first = Accelerator(cpu=True, project_config=config, dataloader_config=exact)
     rank = first.process_index
     objs = build(first, seed=0)
     counter = Counter()
@@ -122,7 +123,7 @@ def main(work: Path) -> None:
 
     torch.manual_seed(1234 + rank)  # a restarted process: other weights, other RNG states
     random.seed(1234 + rank)
-    again = Accelerator(cpu=True, project_config=ProjectConfiguration(
+    again = Accelerator(cpu=True, dataloader_config=exact, project_config=ProjectConfiguration(
         str(work), automatic_checkpoint_naming=True, total_limit=1))
     objs = build(again, seed=1)
     counter = Counter()

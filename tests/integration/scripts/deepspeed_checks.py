@@ -353,7 +353,8 @@ def checkpoint_accelerator(out: Path):
     accelerator = Accelerator(
         cpu=True, deepspeed_plugin=DeepSpeedPlugin(zero_stage=2),
         project_config=ProjectConfiguration(str(out / "run"), automatic_checkpoint_naming=True),
-        dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True))
+        dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True,
+                                                  exact_resume=True))  # mid-epoch position
     model = fresh()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.5)
