@@ -5,6 +5,7 @@ The end-to-end run (two gloo workers, one hangs) is tests/integration/test_launc
 from __future__ import annotations
 
 import os
+import re
 import signal
 import struct
 import time
@@ -84,6 +85,22 @@ def test_flag_beats_environment_beats_default() -> None:
     bad_box = HostInfo(cpu_count=8, python="/py", stall_timeout="-1")
     with pytest.raises(ConfigurationError, match="ACCEL_STALL_TIMEOUT='-1'"):
         _plan("--cpu", host=bad_box)  # checked even where it is not used
+
+
+def test_config_file_key_between_flag_and_environment(tmp_path: Path) -> None:
+    env_box = HostInfo(cpu_count=8, python="/py", stall_timeout="60")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("compute_environment: LOCAL_MACHINE\nstall_timeout: 300\n")
+    two = ("--cpu", "--num_processes", "2", "--config_file", str(cfg))
+    assert _plan(*two, host=env_box).stall_timeout == 300  # the file beats the variable
+    assert _plan(*two, "--stall_timeout", "7", host=env_box).stall_timeout == 7
+    cfg.write_text("stall_timeout: off\n")  # YAML reads an unquoted off as false
+    plan = _plan(*two, host=env_box)
+    assert (plan.watch, plan.stall_timeout) == (True, None)
+    cfg.write_text("stall_timeout: -5\n")
+    with pytest.raises(ConfigurationError, match=r"stall_timeout: '-5' \(in config file "
+                       rf"{re.escape(str(cfg))}\) is invalid.*e\.g\. stall_timeout: 600"):
+        _plan(*two, host=env_box)
 
 
 # -- when it fires ------------------------------------------------------------------------------

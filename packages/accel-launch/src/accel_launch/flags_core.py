@@ -81,8 +81,9 @@ _ELASTIC = Group("torch elastic (torchrun) options", "Rendezvous, restarts and w
     Flag(("--stall_timeout",), "Seconds with no step (Accelerator.backward call) on any rank "
          "of this machine, counted from the first step, before the launcher dumps every "
          "rank's Python stack, names the rank that stopped first and ends the job (exit code "
-         "124); off disables it. Default: $ACCEL_STALL_TIMEOUT, else 1800. Multi-process "
-         "launches only.", metavar="SECONDS|off"),
+         "124); off disables it. Default: stall_timeout in the config file, else "
+         "$ACCEL_STALL_TIMEOUT, else 1800. Multi-process launches only.",
+         config=(_TOP, "stall_timeout"), metavar="SECONDS|off"),
     Flag(("--log_dir",), "Directory for the workers' log files (default: a temporary one).",
          metavar="DIR"),
     Flag(("-t", "--tee"), "Also write worker output to log files: 0 none, 1 stdout, 2 stderr, "

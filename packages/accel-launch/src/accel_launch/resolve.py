@@ -175,6 +175,16 @@ def _check_strategy(resolved: Resolved) -> None:
             "is named: add --strategy NAME (or strategy: NAME in the config file).")
 
 
+def _check_stall_timeout(resolved: Resolved) -> None:
+    """A config file's ``stall_timeout`` is refused naming the file, before anything starts
+    (the flag and the variable are checked with the launch plan)."""
+    source = resolved.sources.get("stall_timeout", "")
+    if resolved.config is not None and source == resolved.config.label:
+        from accel_launch.watchdog import parse_stall_timeout
+
+        parse_stall_timeout(resolved.args.stall_timeout, f"stall_timeout in {source}")
+
+
 def _check_engines(resolved: Resolved) -> None:
     args, src = resolved.args, resolved.sources
     if args.use_deepspeed and args.use_fsdp:
@@ -240,6 +250,7 @@ def resolve_launch_args(args: argparse.Namespace, *,
         resolved.plugin_flags_checked = True
     _check_engines(resolved)
     _check_strategy(resolved)
+    _check_stall_timeout(resolved)
     args._accel_resolved = resolved
     return resolved
 

@@ -49,13 +49,18 @@ _WAITING = ("/torch/distributed/", "\\torch\\distributed\\")
 
 def parse_stall_timeout(value: object, source: str = "--stall_timeout") -> float | None:
     """Seconds (> 0), or None for ``off``; anything else is an error naming ``source`` (a
-    flag, or an environment variable when upper-case) and the fix."""
+    flag; an environment variable when upper-case; else a config-file key and its file) and
+    the fix. ``false`` means off too: YAML reads an unquoted ``off`` as false."""
     text = str(value).strip().lower()
-    if text == "off":
+    if text in ("off", "false"):
         return None
-    is_env = source.isupper()
-    shown = f"{source}={value!r}" if is_env else f"{source} {value!r}"
-    example = f"{source}=600" if is_env else f"{source} 600"
+    if source.startswith("-"):
+        shown, example = f"{source} {value!r}", f"{source} 600"
+    elif source.isupper():
+        shown, example = f"{source}={value!r}", f"{source}=600"
+    else:  # "stall_timeout in FILE"
+        key, _, where = source.partition(" ")
+        shown, example = f"{key}: {value!r} ({where})", f"{key}: 600"
     fix = f"give a positive number of seconds (e.g. {example}), or off to disable the watchdog."
     try:
         seconds = float(text)
