@@ -44,3 +44,20 @@ def test_two_stages_times_dp2_on_four_processes_and_exact_resume(explain, launch
         for check in ("PP-REPLICATE", "PP-TP", "PP-FSDP", "RESUME", "PP-FSDP-EVAL"):
             assert f"{check}-OK rank={rank}" in out, explain(proc)
     assert out.count("PIPELINE-pp_dp-DONE") == 4, explain(proc)
+
+
+@pytest.mark.shared_launch("pipeline_resume.py", "save", "{out}", "gpipe")
+def test_a_staged_checkpoint_resumes_in_fresh_launches_at_any_split(explain, shared_launch,
+                                                                    launch, run_here, scripts):
+    # saved by 2 GPipe stages in the launch shared with other check scripts
+    proc, out = shared_launch, shared_launch.out
+    assert proc.returncode == 0, explain(proc)
+    assert "SAVED-OK rank=0" in proc.stdout and "SAVED-OK rank=1" in proc.stdout, explain(proc)
+    # a fresh launch: the same split bitwise, then 4 interleaved stages (another split)
+    proc = launch("--cpu", "--num_processes", "2", str(scripts / "pipeline_resume.py"),
+                  "resume", str(out), "gpipe:exact", "interleaved:close", timeout=300)
+    assert proc.returncode == 0, explain(proc)
+    for split in ("gpipe", "interleaved"):
+        assert all(f"RESUMED-{split}-OK rank={r}" in proc.stdout for r in (0, 1)), explain(proc)
+    # no pipeline at all: one process (in the test's own) reads the stages' checkpoint
+    run_here(scripts / "pipeline_resume.py", "resume", str(out), "single:close")

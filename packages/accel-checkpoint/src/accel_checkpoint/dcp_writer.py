@@ -159,7 +159,8 @@ class DCPWriter:
         pass before any rank fills a tensor. The models named in ``non_strict`` load as
         ``load_state_dict(strict=False)`` does: their keys the checkpoint lacks keep their
         values, and keys only the checkpoint has are ignored (a shape mismatch still
-        fails)."""
+        fails). An object with ``state_dict_to_load(saved_keys, name)`` says what to read
+        from the keys the checkpoint holds (a pipeline stage's optimizer: older layouts)."""
         import torch.distributed.checkpoint as dcp
 
         from accel_checkpoint.dcp_io import DCP_METADATA_NAME, SafeLoadPlanner, VerifiedReader
@@ -170,8 +171,11 @@ class DCPWriter:
         state = _state_dicts(objects)
         reader = VerifiedReader(path, files.get(DCP_METADATA_NAME), files=files,
                                 agree=agree_on_files(dist_info()[2]))
-        if non_strict:  # DCP reads only the keys given: give those the checkpoint has
+        fitted = [n for n, o in objects.items() if hasattr(o, "state_dict_to_load")]
+        if non_strict or fitted:  # DCP reads only the keys given: give those the file has
             saved = set(reader.read_metadata().state_dict_metadata)
+            for name in fitted:  # an object that reads what it finds (older layouts)
+                state[name] = objects[name].state_dict_to_load(saved, name)
             for name in non_strict:
                 state[name] = {k: v for k, v in state[name].items() if f"{name}.{k}" in saved}
         with warnings.catch_warnings():

@@ -62,19 +62,51 @@ def gather_full_state_dict(pipeline: PipelinedModel, dp_rank: int) -> dict[str, 
 
 
 class StageOptimizer:
-    """An optimizer's state as DCP saves it, under this pipeline position's own key.
+    """An optimizer's state as DCP saves it: keyed by the whole model's parameter names, so
+    that a checkpoint loads at any stage split (another schedule, stages per rank, or no
+    pipeline at all through the across-layouts reader).
 
-    torch keys the optimizer's parameter groups by index (``param_groups.0.params``): the
-    ranks of different stages would write the same keys with different values, and one
-    would win. Nested under ``pp<rank>``, each stage's groups are its own, and the replicas
-    of one stage still share their (sharded) state."""
+    ``state`` is keyed by parameter name, each stage writing its own (replicas of a stage
+    write the same). ``param_groups`` is the same on every stage: the hyperparameters of the
+    user's groups (every stage keeps every group, stepped alike) with ``params`` naming the
+    whole model's parameters of each group (``whole_groups``, recorded before the strategy
+    pruned the other stages' parameters), so every rank writes the same value under the
+    same key. On load each group keeps the names this stage holds.
 
-    def __init__(self, pipeline: PipelinedModel, optimizer: torch.optim.Optimizer) -> None:
+    Checkpoints of accel-parallel 0.3.6 and older nested each stage's state under
+    ``pp<rank>``: they still load at the stage split that saved them."""
+
+    def __init__(self, pipeline: PipelinedModel, optimizer: torch.optim.Optimizer,
+                 whole_groups: list[list[str]] | None = None) -> None:
         self.pipeline = pipeline
         self.optimizer = optimizer
-        self.key = f"pp{pipeline.topology.pp_rank}"
+        self.whole_groups = whole_groups
+        self.key = f"pp{pipeline.topology.pp_rank}"  # the 0.3.6 layout's key
 
     def state_dict(self) -> dict[str, Any]:
+        from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+        state = get_optimizer_state_dict(self.pipeline.module, self.optimizer)
+        if self.whole_groups is not None:
+            for group, names in zip(state["param_groups"], self.whole_groups, strict=True):
+                group["params"] = list(names)
+        return state
+
+    def state_dict_to_load(self, saved: set[str], name: str) -> dict[str, Any]:
+        """What to read, given the keys the checkpoint holds (``saved``, DCP's flat names;
+        ``name`` is this entry's): the 0.3.6 layout's own stage, else :meth:`state_dict`."""
+        if any(k.startswith(f"{name}.state.") for k in saved) or \
+                not any(k.startswith(f"{name}.pp") for k in saved):
+            return self.state_dict()
+        if not any(k.startswith(f"{name}.{self.key}.") for k in saved):
+            from accel_state import ConfigurationError
+
+            raise ConfigurationError(
+                f"The checkpoint's {name!r} was saved by accel-parallel 0.3.6 or older, "
+                f"whose pipeline optimizer state holds no {self.key!r} (pipeline rank "
+                f"{self.pipeline.topology.pp_rank}): load it with the pipeline size and "
+                "stage split that saved it, then save again to get a checkpoint that loads "
+                "at any split.")
         from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
         return {self.key: get_optimizer_state_dict(self.pipeline.module, self.optimizer)}
@@ -82,7 +114,14 @@ class StageOptimizer:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict
 
-        set_optimizer_state_dict(self.pipeline.module, self.optimizer, state[self.key])
+        if self.key in state and "state" not in state:  # the 0.3.6 layout
+            state = state[self.key]
+        else:  # each group keeps the parameters of this stage (those whose state was read)
+            mine = state["state"]
+            groups = [dict(g, params=[n for n in g["params"] if n in mine])
+                      for g in state["param_groups"]]
+            state = {"state": mine, "param_groups": groups}
+        set_optimizer_state_dict(self.pipeline.module, self.optimizer, state)
 
 
 class PipelineCheckpointWriter:
@@ -90,8 +129,11 @@ class PipelineCheckpointWriter:
 
     layout = _SHARDED
 
-    def __init__(self, pipelines: list[PipelinedModel], dp_rank: int) -> None:
+    def __init__(self, pipelines: list[PipelinedModel], dp_rank: int,
+                 whole_groups: Mapping[int, list[list[str]]] | None = None) -> None:
         self._inner = _sharded_writer()
+        #: id(torch optimizer) -> its groups' parameter names in the whole model
+        self._whole_groups = whole_groups or {}
         self.unpickles = self._inner.unpickles
         #: ``load`` takes ``non_strict=`` (model entry names) when the sharded writer does
         self.loads_non_strict = bool(getattr(self._inner, "loads_non_strict", False))
@@ -114,7 +156,8 @@ class PipelineCheckpointWriter:
             if isinstance(obj, PipelinedModel):
                 obj = obj.module
             elif isinstance(obj, torch.optim.Optimizer):
-                obj = StageOptimizer(self._owner(obj), obj)
+                inner = getattr(obj, "optimizer", obj)
+                obj = StageOptimizer(self._owner(obj), obj, self._whole_groups.get(id(inner)))
             local[name] = obj
         return local
 

@@ -70,6 +70,10 @@ class PipelineStrategy(ParallelismStrategy):
         #: id -> weak reference of the parameters other ranks' stages hold (pruned from
         #: optimizers); weak, so the user's full model can still be freed
         self._foreign: dict[int, weakref.ref[torch.nn.Parameter]] = {}
+        #: id -> name in the whole model of every prepared model's parameters, and
+        #: id(optimizer) -> its groups' names (checkpoints name the whole model's groups)
+        self._names: dict[int, str] = {}
+        self._whole_groups: dict[int, list[list[str]]] = {}
 
     @classmethod
     def accepts(cls, config: StrategyConfig) -> bool:
@@ -109,6 +113,7 @@ class PipelineStrategy(ParallelismStrategy):
         plan = plan_stages(model, topology.num_stages, path=config.layers,
                            split_points=config.split_points)
         key_order = list(model.state_dict().keys())
+        self._names.update((id(p), n) for n, p in model.named_parameters())
         last = topology.num_stages - 1
         shells = [(build_shell(model, plan.path, plan.stage_keys[s], first=s == 0,
                                last=s == last), s == 0, s == last)
@@ -168,6 +173,9 @@ class PipelineStrategy(ParallelismStrategy):
 
     def prepare_optimizer(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
         """Only this rank's stages' parameters stay in the optimizer (and their state)."""
+        names = [[self._names.get(id(p)) for p in g["params"]] for g in optimizer.param_groups]
+        if all(n is not None for group in names for n in group):
+            self._whole_groups[id(optimizer)] = names  # type: ignore[assignment]
         for group in optimizer.param_groups:
             group["params"] = [p for p in group["params"] if not self._is_foreign(p)]
         for param in [p for p in optimizer.state if self._is_foreign(p)]:
@@ -244,5 +252,5 @@ class PipelineStrategy(ParallelismStrategy):
         from accel_parallel.pipeline.checkpoint import PipelineCheckpointWriter
 
         if any(isinstance(m, PipelinedModel) for m in models):
-            return PipelineCheckpointWriter(self._pipelines, self.dp_rank)
+            return PipelineCheckpointWriter(self._pipelines, self.dp_rank, self._whole_groups)
         return super().checkpoint_format(models)
