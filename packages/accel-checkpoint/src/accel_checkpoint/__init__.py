@@ -1,7 +1,7 @@
 """accel-checkpoint: crash-safe, verified checkpoints of anything with ``state_dict()``.
 
 Tensors go to safetensors, everything else to JSON, and ``manifest.json`` (sizes and
-sha256 of every file) is written last, just before an atomic rename: a checkpoint either
+xxh3-128 chunk digests of every file; sha256 on request) is written last, just before an atomic rename: a checkpoint either
 loads exactly or is refused with the name of the bad file. Layouts where every rank writes
 its own files (DCP shards, an engine's checkpoint) plug in as a ``RankCheckpointWriter``
 (``accel_checkpoint.layouts``); arbitrary objects are never unpickled without an opt-in.

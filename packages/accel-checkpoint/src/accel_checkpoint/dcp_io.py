@@ -4,7 +4,7 @@ DCP stores its ``.metadata`` file with plain ``pickle`` and its stock load plann
 non-tensor values with ``torch.load(weights_only=False)``: torch documents neither as
 safe for untrusted files. Here ``.metadata`` goes through an unpickler that only builds
 the handful of DCP metadata classes (plus ``torch.Size``, dtypes, layouts and paths),
-after its sha256 was checked against our manifest when there is one, and non-tensor
+after its digests were checked against our manifest when there is one, and non-tensor
 values are read with ``torch.load(weights_only=True)``. Tensors are already read with
 ``weights_only=True`` by torch's ``FileSystemReader``. Every storage path the metadata
 names must lie inside the DCP directory (:func:`accel_checkpoint.containment.inside`).

@@ -6,7 +6,8 @@ digests (:mod:`accel_checkpoint.hashing`); verification checks presence and size
 (cheap) and every byte when ``deep``. Standard library (and xxhash) only, so the
 ``accel checkpoint`` verbs and other tools can inspect checkpoints without torch.
 
-The manifest protects itself (format 3): ``manifest_sha256`` is the sha256 of its
+The manifest protects itself (since format 3; the current one is 4, whose file records
+name their digest algorithm, xxh3-128 by default): ``manifest_sha256`` is the sha256 of its
 canonical JSON (every other key, sorted, no whitespace), checked before anything in it is
 believed, so any change to what it says is refused as "manifest.json is corrupt". A
 change that leaves the parsed content identical (whitespace between tokens) changes
@@ -95,7 +96,8 @@ class Manifest:
     """The parsed ``manifest.json`` of one checkpoint."""
 
     files: dict[str, FileRecord]
-    """Every file of the checkpoint (relative path -> size and sha256)."""
+    """Every file of the checkpoint (relative path -> size and chunk digests: xxh3-128 by
+    default, sha256 on request)."""
     objects: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Saved objects by name: ``{"kind": ..., "tensors": file|None, "json": file|None}``."""
     step: int | None = None
@@ -239,7 +241,9 @@ def verify_checkpoint(path: str | os.PathLike[str], deep: bool = True,
                       fast: bool = False, manifest: Manifest | None = None) -> Manifest:
     """Check a checkpoint against its manifest; raise ``CorruptCheckpointError`` naming the
     first bad file. ``deep=False`` checks presence and sizes only (no reading); ``deep``
-    checks every byte with sha256, or with the xxh3-128 digests when ``fast``.
+    checks every byte against each record's digests: xxh3-128 records (the default) with
+    xxh3-128; sha256 records with sha256, or with their xxh3-128 chunk digests when
+    ``fast`` and they have them.
     ``manifest``: the one already read from ``path`` (else it is read here)."""
     path = Path(path)
     manifest = manifest if manifest is not None else read_manifest(path)
