@@ -1,10 +1,12 @@
 """Pipeline-parallel training step through ``Accelerator`` against the same hand-written
 ``torch.distributed.pipelining`` loop, same run, 2 processes. Target: at most 1.02.
 
-    uv run accel launch --cpu --num_processes 2 tools/bench/bench_pp.py [--schedule gpipe]
+    uv run accel launch --cpu --num_processes 2 tools/bench/bench_pp.py \
+        [--schedule gpipe|1f1b|interleaved_1f1b]
 
 Both split the same model (an input layer, ``--depth`` residual MLP blocks, a head) in two
-at the middle block, run the same schedule with the same number of micro-batches and the
+at the middle block (interleaved 1F1B: in four, two stages per rank in loop order), run
+the same schedule with the same number of micro-batches and the
 same per-micro-batch loss (the mean divided by the number of micro-batches, gradients not
 rescaled by the schedule), and step SGD. The raw loop is what a user writes without accel:
 a ``PipelineStage`` per rank, ``schedule.step(x)`` on the first rank and
@@ -57,27 +59,43 @@ def make_model(width: int, depth: int) -> Net:
     return Net(width, depth)
 
 
-SCHEDULES = {"gpipe": pipelining.ScheduleGPipe, "1f1b": pipelining.Schedule1F1B}
+SCHEDULES = {"gpipe": pipelining.ScheduleGPipe, "1f1b": pipelining.Schedule1F1B,
+             "interleaved_1f1b": pipelining.ScheduleInterleaved1F1B}
+
+
+def stage_count(schedule: str) -> int:
+    """Stages in all: one per rank, two per rank (loop order) for interleaved 1F1B."""
+    return 4 if schedule == "interleaved_1f1b" else 2
+
+
+def split_points(args: argparse.Namespace) -> list[str]:
+    """The blocks that start stages 1.. (the same split for accel and the raw loop)."""
+    stages = stage_count(args.schedule)
+    return [f"layers.{k * args.depth // stages}" for k in range(1, stages)]
 
 
 def raw_pipeline(args: argparse.Namespace, rank: int) -> tuple[object, torch.optim.Optimizer]:
-    """The hand-written loop's stage, schedule and optimizer."""
+    """The hand-written loop's stages, schedule and optimizer."""
     full = make_model(args.width, args.depth)
-    half = args.depth // 2
-    if rank == 0:
-        stage_module = nn.Sequential(full.inp, *full.layers[:half])
-    else:
-        stage_module = nn.Sequential(*full.layers[half:], full.head)
+    stages = stage_count(args.schedule)
+    bounds = [0, *(int(p.split(".")[1]) for p in split_points(args)), args.depth]
+    modules = []
+    for index in range(rank, stages, 2):  # rank 0: stages 0 (and 2), rank 1: 1 (and 3)
+        parts = list(full.layers[bounds[index]:bounds[index + 1]])
+        parts = [full.inp, *parts] if index == 0 else parts
+        parts = [*parts, full.head] if index == stages - 1 else parts
+        modules.append((index, nn.Sequential(*parts)))
     n_micro = args.microbatches
 
     def loss_fn(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         return nn.functional.mse_loss(output, target) / n_micro
 
-    stage = pipelining.PipelineStage(stage_module, rank, 2, torch.device("cpu"))
+    built = [pipelining.PipelineStage(m, i, stages, torch.device("cpu")) for i, m in modules]
     cls = SCHEDULES[args.schedule]
     extra = {"scale_grads": False} if "scale_grads" in inspect.signature(cls).parameters else {}
-    schedule = cls(stage, n_micro, loss_fn=loss_fn, **extra)
-    return schedule, torch.optim.SGD(stage_module.parameters(), lr=0.01, momentum=0.9)
+    schedule = cls(built if stages > 2 else built[0], n_micro, loss_fn=loss_fn, **extra)
+    params = [p for _, m in modules for p in m.parameters()]
+    return schedule, torch.optim.SGD(params, lr=0.01, momentum=0.9)
 
 
 def main() -> None:
@@ -89,6 +107,9 @@ def main() -> None:
     parser.add_argument("--schedule", default="1f1b", choices=sorted(SCHEDULES))
     parser.add_argument("--steps", type=int, default=10, help="steps per epoch")
     parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument("--breakdown", action="store_true",
+                        help="also time the raw loop plus accel's loss broadcast, and accel "
+                        "without it (where the ratio's time goes)")
     args = parser.parse_args()
     torch.set_num_threads(1)
 
@@ -98,7 +119,7 @@ def main() -> None:
     accelerator = Accelerator(cpu=True, parallelism_config=ParallelismConfig(
         pp_size=2, pp_handler=PipelineParallelConfig(
             schedule=args.schedule, num_microbatches=args.microbatches, loss_fn=mse,
-            split_points=[f"layers.{args.depth // 2}"])))
+            split_points=split_points(args))))
     model = make_model(args.width, args.depth)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     model, optimizer = accelerator.prepare(model, optimizer)
@@ -119,20 +140,33 @@ def main() -> None:
             optimizer.zero_grad()
         return time.perf_counter() - start
 
-    def run_raw() -> float:
+    def run_raw(share: bool = False) -> float:
         start = time.perf_counter()
         for x, y in batches:
             if rank == 0:
                 raw_schedule.step(x)
+                loss = torch.zeros(())
             else:
                 losses: list[torch.Tensor] = []
                 raw_schedule.step(target=y, losses=losses)
-                torch.stack([part.detach() for part in losses]).sum()
+                loss = torch.stack([part.detach() for part in losses]).sum()
+            if share:  # what accel adds: the last stage's loss on every rank
+                dist.broadcast(loss, src=1)
             raw_optimizer.step()
             raw_optimizer.zero_grad()
         return time.perf_counter() - start
 
+    def run_accel_unshared() -> float:
+        model._share_loss = lambda loss: loss if loss is not None else torch.zeros(())
+        try:
+            return run_accel()
+        finally:
+            del model._share_loss
+
     candidates = {"raw torch.distributed.pipelining": run_raw, "accel": run_accel}
+    if args.breakdown:
+        candidates["raw + loss broadcast"] = lambda: run_raw(share=True)
+        candidates["accel without loss broadcast"] = run_accel_unshared
     for run in candidates.values():
         run()  # warm-up (shape inference on the first step)
     samples: dict[str, list[float]] = {name: [] for name in candidates}
@@ -141,11 +175,15 @@ def main() -> None:
             dist.barrier()
             samples[name].append(candidates[name]() / args.steps * 1e3)
     if accelerator.is_main_process:
-        report(f"PP step (2 stages, {args.schedule}, {args.microbatches} micro-batches, cpu, "
+        report(f"PP step ({stage_count(args.schedule)} stages, {args.schedule}, "
+               f"{args.microbatches} micro-batches, cpu, "
                f"w{args.width} d{args.depth} b{args.batch_size})",
                "raw torch.distributed.pipelining", "accel", samples, unit="ms", target=1.02,
                extra={"processes": 2, "schedule": args.schedule, "width": args.width,
                       "depth": args.depth, "microbatches": args.microbatches})
+        for name in list(candidates)[2:]:
+            report(f"  breakdown ({args.schedule})", "raw torch.distributed.pipelining",
+                   name, samples, unit="ms")
     dist.barrier()
 
 
