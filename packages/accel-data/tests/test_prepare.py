@@ -126,6 +126,21 @@ def test_iterable_dataset():
     assert [[int(b) for b in s] for s in unbatched] == [[0, 2, 4, 6, 8], [1, 3, 5, 7, 0]]
 
 
+def test_a_datasets_stream_of_enough_shards_is_split_by_its_own_shards():
+    datasets = pytest.importorskip("datasets")
+    rows = datasets.Dataset.from_dict({"x": list(range(10))})
+    two = rows.to_iterable_dataset(num_shards=2)
+    shards = _ranks(DataLoader(two, batch_size=4), 2, dispatch_batches=False)
+    assert all(not isinstance(s.dataset, IterableDatasetShard) for s in shards)
+    assert [[b["x"].tolist() for b in s] for s in shards] == [
+        [[0, 1, 2, 3], [4]], [[5, 6, 7, 8], [9]]]  # shard r, whole, on rank r (as Accelerate)
+    one = rows.to_iterable_dataset(num_shards=1)  # fewer shards than processes
+    assert all(isinstance(s.dataset, IterableDatasetShard)
+               for s in _ranks(DataLoader(one, batch_size=4), 2, dispatch_batches=False))
+    split = _ranks(DataLoader(two, batch_size=4), 2, split_batches=True, dispatch_batches=False)
+    assert all(isinstance(s.dataset, IterableDatasetShard) for s in split)
+
+
 def test_batch_size_none_map_style():
     items = _ranks(DataLoader(_dataset(5), batch_size=None), 2)
     assert [[int(t[0]) for t in s] for s in items] == [[0, 2, 4], [1, 3, 0]]

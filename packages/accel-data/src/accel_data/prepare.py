@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import sys
 import warnings
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -141,6 +142,11 @@ def _prepare_iterable(dataloader: DataLoader, num_processes: int, process_index:
                       kwargs: dict[str, Any]) -> dict[str, Any]:
     """Keyword arguments of the shard loader for an ``IterableDataset``."""
     dataset, batch_size = dataloader.dataset, dataloader.batch_size
+    if num_processes > 1 and not split_batches and _hf_shards(dataset) >= num_processes:
+        # As Accelerate: a datasets.IterableDataset of enough shards (files) is split by
+        # its own shard(): each process reads only its shards, instead of every item
+        dataset = dataset.shard(num_shards=num_processes, index=process_index)
+        num_processes = 1
     if num_processes == 1:
         return dict(kwargs, dataset=dataset, batch_size=batch_size,
                     drop_last=dataloader.drop_last)
@@ -159,6 +165,16 @@ def _prepare_iterable(dataloader: DataLoader, num_processes: int, process_index:
                 drop_last=dataloader.drop_last,
                 synchronized_generator=generator if isinstance(generator, torch.Generator)
                 else None)
+
+
+def _hf_shards(dataset: Any) -> int:
+    """``n_shards`` of a Hugging Face ``datasets.IterableDataset`` (0 for anything else;
+    ``datasets`` is never imported here: a dataset of it means it already is)."""
+    datasets = sys.modules.get("datasets")
+    iterable = getattr(datasets, "IterableDataset", None) if datasets is not None else None
+    if iterable is None or not isinstance(dataset, iterable):
+        return 0
+    return int(getattr(dataset, "n_shards", 0) or 0)
 
 
 def _prepare_map(dataloader: DataLoader, num_processes: int, process_index: int,
