@@ -504,9 +504,14 @@ def test_one_process_engine_trains_and_refuses_other_clip_norms(state, ds_group,
                  "zero_pp_rank_1_mp_rank_00_optim_states.pt"):
         (folder / name).write_bytes(b"not read")
     kept = model.weight.detach().clone()
+    # accel repartitions ZeRO state itself, but not into an optimizer swapped to NVMe
+    engine.zero_nvme_offload_optimizer = lambda: True  # shadows the method, on this engine
     with pytest.raises(ConfigurationError, match=r"partitioned over 2 process\(es\), but this "
-                       r"run has 1.*--num_processes 2.*accel merge-weights .* --trust_pickles"):
+                       r"run has 1, and accel cannot repartition it onto this engine: its "
+                       r"optimizer state is swapped to NVMe.*--num_processes 2.*"
+                       r"accel merge-weights .* --trust_pickles"):
         writer.load(tmp_path, {"model": engine, "optimizer": prepared.optimizers[0]}, 0, 1)
+    del engine.zero_nvme_offload_optimizer
     assert torch.equal(model.weight, kept)
     shutil.rmtree(tmp_path / "deepspeed")
     full = writer.full_state_dict(engine)

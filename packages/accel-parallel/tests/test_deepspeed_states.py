@@ -20,8 +20,8 @@ def test_layouts_it_cannot_rebuild_are_refused(tmp_path):
 
     folder = tmp_path / "ckpt" / "deepspeed" / "model"
     folder.mkdir(parents=True)
-    with pytest.raises(ConfigurationError, match="no mp_rank_00_model_states.pt .*ZeRO-3.*"
-                                                 "accel merge-weights .*ckpt OUT"):
+    with pytest.raises(ConfigurationError, match="no mp_rank_00_model_states.pt and no "
+                       "zero_pp_rank_0_mp_rank_00_model_states.pt.*accel merge-weights .*ckpt OUT"):
         read_zero_full_states(folder)
     _model_states(folder)
     (folder / "mp_rank_01_model_states.pt").write_bytes(b"")
@@ -107,3 +107,44 @@ def test_the_writer_hands_deepspeed_the_checked_reader_and_strict(tmp_path):
         assert isinstance(used, _RestrictedEngine) and used._read is read
         assert options["tag"] == "model" and options["load_module_strict"] is strict
     assert engine.checkpoint_engine == "torch's"  # put back
+
+
+def test_zero3_partitions_are_joined_per_parameter_and_unpadded(tmp_path):
+    """ZeRO-3: each parameter takes ceil(numel / processes) values of every process's flat
+    partition, the last one padded; the reader joins them in rank order, drops the padding,
+    and keeps step, the hyperparameters and the loss scaler (the real 2-process files:
+    tests/integration/deepspeed/test_deepspeed.py)."""
+    pytest.importorskip("deepspeed")
+    from accel_parallel.deepspeed.states import read_zero_checkpoint, read_zero_full_states
+
+    flats = [torch.tensor([1.0, 2, 4, 5]), torch.tensor([3.0, 0, 6, 7])]  # a=(3,), b=(2, 2)
+    shapes = [{"a": torch.Size([3]), "b": torch.Size([2, 2])}]
+    for rank, flat in enumerate(flats):
+        torch.save({"module": {"a": torch.empty(0), "b": torch.empty(0), "buf": torch.ones(1)},
+                    "buffer_names": ["buf"], "param_shapes": shapes, "global_steps": 5},
+                   tmp_path / f"zero_pp_rank_{rank}_mp_rank_00_model_states.pt")
+        torch.save({"optimizer_state_dict": {
+            "zero_stage": 3, "loss_scaler": None, "overflow": False, "fp32_flat_groups": [flat],
+            "optimizer_state_dict": {
+                "state": {0: {"step": torch.tensor(5.0), "exp_avg": flat * 10}},
+                "param_groups": [{"lr": 0.5, "params": [0]}]}}},
+                   tmp_path / f"zero_pp_rank_{rank}_mp_rank_00_optim_states.pt")
+    saved = read_zero_checkpoint(tmp_path)
+    assert (saved.stage, saved.processes, saved.model_file["global_steps"]) == (3, 2, 5)
+    assert saved.optimizer_globals == {"loss_scaler": None, "overflow": False}
+    weights, optimizer = read_zero_full_states(tmp_path)
+    assert torch.equal(weights["a"], torch.tensor([1.0, 2, 3]))
+    assert torch.equal(weights["b"], torch.tensor([[4.0, 5], [6, 7]]))
+    assert torch.equal(weights["buf"], torch.ones(1)) and set(weights) == {"a", "b", "buf"}
+    assert torch.equal(optimizer["state"]["b"]["exp_avg"], weights["b"] * 10)
+    assert optimizer["state"]["a"]["step"] == 5
+    assert optimizer["param_groups"] == [{"lr": 0.5, "params": ["a", "b"]}]
+    for rank in (1, 0):  # rank 1's partition out of step with rank 0's, then both too long
+        torch.save({"optimizer_state_dict": {
+            "zero_stage": 3, "fp32_flat_groups": [torch.zeros(5)],
+            "optimizer_state_dict": {"state": {}, "param_groups": [{"params": [0]}]}}},
+            tmp_path / f"zero_pp_rank_{rank}_mp_rank_00_optim_states.pt")
+        match = ("differ between processes" if rank else
+                 "group 0 holding 5 values per process where its parameters take 4")
+        with pytest.raises(ConfigurationError, match=match):
+            read_zero_checkpoint(tmp_path)

@@ -1,6 +1,7 @@
 """DeepSpeed ZeRO through the unchanged facade in 2 processes (gloo): two launches that
 check a lot each (scripts/deepspeed_checks.py, which also runs scripts/deepspeed_across.py's
-2-process phases), plus a slow one that compiles cpu_adam."""
+2-process phases; its 1-process phase runs in this process between them), plus a slow one
+that compiles cpu_adam."""
 
 from __future__ import annotations
 
@@ -32,32 +33,50 @@ def _run(launch, explain, *args: str, timeout: float = 300) -> str:
 
 @pytest.mark.multiprocess
 def test_zero_stages_configs_checkpoint_resume(ds_launcher, explain, run_here, tmp_path,
-                                               capsys):
+                                               capsys, monkeypatch):
     """ZeRO-1/2/3 fp32/bf16 vs DDP, accumulation 4 vs DDP, offload, "auto" filling, ZeRO-3
     init + save_model + rotation, a save; then a fresh launch resumes (equal to the straight
     run, DeepSpeed's pickles read through an allow-list) and names a flipped byte in a
     shard; `accel merge-weights` turns the checkpoint into the saved weights.
-    Across layouts, in the same launches: a ZeRO-2 checkpoint saved by 2 DeepSpeed
-    processes loads into 2 DDP processes (weights equal, the next step equal to the
-    DeepSpeed run's) and, in this process, into a plain model and an FSDP2 model."""
+    Across world sizes and layouts, in the same launches and this process between them
+    (scripts/deepspeed_across.py): ZeRO-2 fp32, ZeRO-1 bf16 and ZeRO-3 fp32 checkpoints
+    saved by 2 engines load into a plain model here and 2 DDP processes (weights, Adam
+    moments and step equal to what the engines held; the next step equal to theirs), an
+    FSDP2 model here, and 1-process engines (accel repartitions the ZeRO state: equal state
+    and counters, the next step equal to the plain model's); the 1-process engines save
+    again and 2-process engines load those (the next step equal to DDP's). A ZeRO-0 engine
+    refuses, naming why; a flipped byte in a partition is named."""
     out = _run(ds_launcher, explain, "train", str(tmp_path))
     for marker in TRAIN:
         for rank in (0, 1):
             assert f"{marker}-OK rank={rank}" in out, out
     for rank in (0, 1):
-        assert f"DS-SAVED rank={rank}" in out, f"across: ZeRO-2 save on rank {rank}\n{out}"
+        assert f"DS-SAVED rank={rank}" in out, f"across: the 2-process saves on rank {rank}\n{out}"
+    capsys.readouterr()
+    monkeypatch.setenv("ACCEL_DEEPSPEED_SHM_COMM", "0")  # engines in this process too
+    monkeypatch.setenv("LOCAL_RANK", "0")  # DeepSpeed reads it; removed afterwards
+    run_here(ACROSS, "one", str(tmp_path / "across"))
+    one = capsys.readouterr().out
+    for case, fp32 in (("ds", True), ("ds_z1", False), ("ds_z3", True)):
+        assert f"DS-INTO-PLAIN {case} state=True" in one, one
+        following = "True" if fp32 else "skipped"
+        assert (f"DS-2-TO-1 {case} state=True model=True counters=True next={following}"
+                in one), one
+    assert "DS-ZERO0-REFUSED named=True unchanged=True" in one, one
+    assert "DS-CORRUPT-REFUSED named=True" in one, one
+    assert "DS-INTO-FSDP sharded=True equal=True" in one, one
     out = _run(ds_launcher, explain, "resume", str(tmp_path))
     for marker in RESUME:
         for rank in (0, 1):
             assert f"{marker}-OK rank={rank}" in out, out
     for rank in (0, 1):
-        line = f"DS-INTO-DDP rank={rank} equal=True next=True engine=DistributedDataParallel"
-        assert line in out, f"across: ZeRO-2 into DDP on rank {rank}\n{out}"
-    capsys.readouterr()
-    run_here(ACROSS, "plain", str(tmp_path / "across"))
-    plain = capsys.readouterr().out
-    assert "DS-INTO-PLAIN equal=True state=['exp_avg', 'exp_avg_sq', 'step']" in plain, plain
-    assert "DS-INTO-FSDP sharded=True equal=True" in plain, plain
+        for case, fp32 in (("ds", True), ("ds_z1", False), ("ds_z3", True)):
+            line = (f"DS-INTO-DDP {case} rank={rank} state=True next="
+                    f"{'True' if fp32 else 'skipped'} engine=DistributedDataParallel")
+            assert line in out, f"across: {case} into DDP on rank {rank}\n{out}"
+        for case in ("ds", "ds_z3"):
+            line = f"DS-1-TO-2 {case} rank={rank} state=True counters=True next=True"
+            assert line in out, f"across: 1-process {case} into 2 engines, rank {rank}\n{out}"
     _merge_weights(tmp_path, capsys)
 
 

@@ -9,13 +9,14 @@ with optimizer offload; ZeRO-3 with ``zero3_init_flag`` (through
 ``accelerator.state.deepspeed_plugin``), ``get_state_dict``, ``save_model``, a checkpoint
 round trip and rotation (``total_limit``); then the first half of save -> kill -> resume:
 ZeRO-2 saves after 3 steps, trains on to the end (the straight run, written to
-OUT/straight.pt), and the process exits without cleanup. Before that save, the ZeRO-2
-checkpoint of ``deepspeed_across.py save`` (OUT/across).
+OUT/straight.pt), and the process exits without cleanup. Before that save, the ZeRO-1/2/3
+checkpoints of ``deepspeed_across.py save`` (OUT/across).
 
 ``cpu_adam OUT`` (slow): ZeRO-2 optimizer offload with a torch AdamW, turned into
 DeepSpeed's CPU Adam (compiles cpu_adam), against DDP.
 
-``resume OUT``: first ``deepspeed_across.py load`` (OUT/across into DDP); then fresh
+``resume OUT``: first ``deepspeed_across.py load`` (OUT/across into DDP, and the
+1-process checkpoints its ``one`` phase wrote into 2 engines); then fresh
 processes load the newest checkpoint (DeepSpeed's pickles read with
 an allow-list: no ``trust_pickles``), train the remaining steps and must end equal to the
 straight run; a flipped byte in a rank's DeepSpeed shard is named.

@@ -7,9 +7,11 @@ entry name, ``model``, ``model_1``, ...) and reports the files it wrote — rank
 ``zero_to_fp32.py``) — so that accel-checkpoint hashes them, lists them in the manifest
 and commits the directory with one atomic rename, with the schedulers, data positions and
 RNG states beside them. Loading runs only after every byte was verified, then calls
-``engine.load_checkpoint``; ZeRO partitions saved by another number of processes are
-refused first (DeepSpeed cannot repartition them, and would raise only after loading the
-weights), naming the two ways out.
+``engine.load_checkpoint``. ZeRO partitions saved by another number of processes (which
+DeepSpeed refuses, and only after loading the weights) are joined into the full state and
+cut along this engine's partitions by accel (:mod:`~accel_parallel.deepspeed.reshape`), from
+the same verified bytes through the same allow-list; an engine they cannot be cut into
+(ZeRO-0, NVMe swapping) is refused before anything is read, naming the ways out.
 
 Pickles: DeepSpeed's own checkpoint engine reads its ``.pt`` files with
 ``torch.load(weights_only=False)``. While loading, the writer swaps in a checkpoint engine
@@ -64,22 +66,30 @@ class _RestrictedEngine:
         return getattr(self._inner, name)
 
 
-def _check_partitions(path: Path, folder: Path, engine: Any, with_optimizer: bool,
-                      world_size: int) -> None:
-    """Refuse ZeRO partitions of another number of processes before DeepSpeed reads them:
-    DeepSpeed cannot repartition them, and raises only after it has loaded the weights."""
+def _needs_reshape(path: Path, folder: Path, engine: Any, with_optimizer: bool,
+                   world_size: int) -> bool:
+    """Whether ``folder`` holds ZeRO partitions of another number of processes that this
+    engine must take (its optimizer state, or ZeRO-3's partitioned weights): then accel
+    repartitions them itself (:mod:`~accel_parallel.deepspeed.reshape`), since DeepSpeed
+    refuses, and only after it has loaded the weights. What cannot be repartitioned is
+    refused here, before anything is read."""
+    from accel_parallel.deepspeed.reshape import reshape_refusal
+
     ranks = {int(m.group(1)) for p in folder.iterdir() if (m := _RANK_FILE.search(p.name))}
     saved = max(ranks) + 1 if ranks else None
     current = getattr(engine, "dp_world_size", world_size)
     stage3 = engine.zero_optimization_stage() == 3
     if saved is None or saved == current or not (with_optimizer or stage3):
-        return
+        return False
+    why = reshape_refusal(engine, saved)
+    if why is None:
+        return True
     raise ConfigurationError(
         f"{path} holds DeepSpeed ZeRO state of {folder.name!r} partitioned over {saved} "
-        f"process(es), but this run has {current}: DeepSpeed cannot repartition ZeRO state "
-        "to another number of processes, so nothing was loaded. Resume it with "
+        f"process(es), but this run has {current}, and accel cannot repartition it onto this "
+        f"engine: {why}. Nothing was loaded. Resume it with "
         f"{saved} processes (accel launch --num_processes {saved}), or load it into models "
-        "prepared without DeepSpeed (DDP or FSDP2 read ZeRO-1/2 partitions of any number of "
+        "prepared without DeepSpeed (DDP or FSDP2 read ZeRO-1/2/3 partitions of any number of "
         "processes, the optimizer state included), or take its full fp32 weights with "
         f"`accel merge-weights {path} OUT --trust_pickles` and load them with "
         "load_checkpoint_in_model(model, OUT) before accelerator.prepare (the optimizer "
@@ -171,13 +181,20 @@ class DeepSpeedWriter:
         engines = self._engines(objects)
         with_optimizer = {id(self._owner_of_optimizer(o)) for o in objects.values()
                           if not isinstance(o, torch.nn.Module)}
+        reshaped = set()
         for tag, engine in engines.items():  # every engine checked before any loads
             if not (root / tag).is_dir():
                 raise ConfigurationError(f"{path} holds no DeepSpeed checkpoint for {tag!r} "
                                          f"(no {DEEPSPEED_DIR}/{tag}/).")
-            _check_partitions(path, root / tag, engine, id(engine) in with_optimizer,
-                              world_size)
+            if _needs_reshape(path, root / tag, engine, id(engine) in with_optimizer,
+                              world_size):
+                reshaped.add(tag)
         for tag, engine in engines.items():
+            if tag in reshaped:
+                self._load_reshaped(path, root / tag, engine, read,
+                                    with_optimizer=id(engine) in with_optimizer,
+                                    strict=tag not in non_strict)
+                continue
             original = engine.checkpoint_engine
             engine.checkpoint_engine = _RestrictedEngine(original, read)
             try:
@@ -188,6 +205,17 @@ class DeepSpeedWriter:
                 engine.checkpoint_engine = original
             if loaded is None:
                 raise DistributedError(f"DeepSpeed could not load {root / tag} on rank {rank}.")
+
+    @staticmethod
+    def _load_reshaped(path: Path, folder: Path, engine: Any, read: VerifiedRead | None, *,
+                       with_optimizer: bool, strict: bool) -> None:
+        """ZeRO state of another number of processes: joined from the (verified) files,
+        then cut along this engine's partitions."""
+        from accel_parallel.deepspeed.reshape import load_into_engine
+        from accel_parallel.deepspeed.states import read_zero_checkpoint
+
+        saved = read_zero_checkpoint(folder, read)
+        load_into_engine(path, engine, saved, with_optimizer=with_optimizer, strict=strict)
 
     def full_state_dict(self, model: torch.nn.Module) -> dict[str, Any]:
         """The model's full weights on rank 0 (``{}`` elsewhere), on the CPU, in the
