@@ -4,8 +4,8 @@ processes, and on one where Accelerate's suite runs them on one.
 
 Their 2-process runs are in the launch shared with other check scripts (conftest's
 ``shared_launch``: each script as ``__main__``, its own output read back; test_script's
-launch is `accel test`'s, in test_launch_elastic.py); the one-process runs of test_sync and
-test_ops run in this process (test_script's is `accel test`'s, in test_selftest_configs.py).
+launch is `accel test`'s, in test_launch_elastic.py); the one-process runs of test_sync,
+test_ops and test_cli run in this process (test_script's is `accel test`'s, in test_selftest_configs.py).
 A script that fails exits non-zero, which these tests check along with what it printed.
 """
 
@@ -48,11 +48,15 @@ def test_a_bundled_script_passes_on_two_processes(name, shared_launch, explain):
         assert line in proc.stdout, f"{line!r} not printed\n" + explain(proc, tail=2000)
 
 
-@pytest.mark.parametrize("name", ["test_sync.py", "test_ops.py"])
+@pytest.mark.parametrize("name", ["test_sync.py", "test_ops.py", "test_cli.py"])
 def test_a_bundled_script_passes_on_one_process(name, run_here, capsys):
     run_here(_script(name))
     out = capsys.readouterr().out
-    if name == "test_sync.py":
+    if name == "test_cli.py":  # what Accelerate's CLI tests launch: the devices it sees
+        import torch
+
+        assert f"Successfully ran on {torch.cuda.device_count()} GPUs" in out
+    elif name == "test_sync.py":
         assert "**Test NOOP `no_sync` context manager**" in out
         assert "no_sync` context manager with multiple forwards" not in out  # N processes only
     else:

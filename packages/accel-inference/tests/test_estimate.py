@@ -67,7 +67,7 @@ def measured_peaks() -> dict[str, int | BaseException]:
 @pytest.mark.parametrize("factory", _LMS)
 def test_training_estimate_within_15_percent_of_measured_peak(factory, measured_peaks):
     args = _lm_args(factory)
-    model = build_model(args.model)
+    model = build_model(args.model_name)
     estimate = estimate_training(model, TrainingSetup(batch_size=8, seq_len=64,
                                                       strategy="none"))
     assert estimate.activations and estimate.activations > 0.1 * estimate.peak

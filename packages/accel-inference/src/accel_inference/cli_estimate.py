@@ -35,7 +35,7 @@ def _size(n: int | None) -> str:
 
 def run_calibration(args: argparse.Namespace) -> int:
     """Peak RSS growth of two real training steps, measured in a fresh process."""
-    command = [sys.executable, "-m", "accel_inference.calibrate", args.model,
+    command = [sys.executable, "-m", "accel_inference.calibrate", args.model_name,
                "--optimizer", args.optimizer, "--mixed_precision", args.mixed_precision,
                "--batch_size", str(args.batch_size), "--seq_len", str(args.seq_len)]
     if args.library_name:
@@ -49,7 +49,8 @@ def run_calibration(args: argparse.Namespace) -> int:
     if result.returncode != 0:
         from accel_state.errors import ConfigurationError
 
-        raise ConfigurationError(f"--calibrate: the training step of {args.model!r} failed: "
+        raise ConfigurationError(f"--calibrate: the training step of {args.model_name!r} "
+                                 f"failed: "
                                  f"{result.stderr.strip().splitlines()[-1:]}")
     return int(json.loads(result.stdout.strip().splitlines()[-1])["measured_peak"])
 
@@ -59,8 +60,8 @@ def estimate_command(args: argparse.Namespace) -> int:
     from accel_inference.estimate import TrainingSetup, estimate_training, estimate_weights
     from accel_inference.model_specs import build_model
 
-    model = build_model(args.model, args.library_name, args.trust_remote_code, empty=True)
-    report: dict[str, Any] = {"model": args.model,
+    model = build_model(args.model_name, args.library_name, args.trust_remote_code, empty=True)
+    report: dict[str, Any] = {"model": args.model_name,
                               "weights": estimate_weights(model, args.dtypes)}
     if args.training or args.calibrate:
         setup = TrainingSetup(optimizer=args.optimizer, mixed_precision=args.mixed_precision,
@@ -120,7 +121,8 @@ def register(subparsers: Any) -> None:
         "size per dtype; with --training, the peak memory of one training process. MODEL is "
         "'module:factory' or 'file.py:factory', a local folder with a transformers "
         "config.json (needs transformers), or a timm name with --library_name timm.")
-    parser.add_argument("model", help="module:factory, file.py:factory, a folder, or a name")
+    parser.add_argument("model_name", metavar="MODEL",  # Accelerate's dest (gather_data)
+                        help="module:factory, file.py:factory, a folder, or a name")
     parser.add_argument("--library_name", choices=("transformers", "timm"), default=None,
                         help="library that builds MODEL from a name or folder")
     parser.add_argument("--dtypes", nargs="+", choices=_DTYPES,
