@@ -80,7 +80,6 @@ def test_deepspeed_scheduler_wrapper_is_the_engine_scheduler():
     ("accel.commands.config", "write_basic_config", "accel_launch.config_command"),
     ("accel.commands.config.default", "write_basic_config", "accel_launch.config_command"),
     ("accel.commands.config.update", "update_config", "accel_launch.config_command"),
-    ("accel.commands.config.config_args", "load_config_from_file", "accel_launch.config_file"),
 ])
 def test_command_paths_are_the_cli_verbs_own(module, name, home):
     assert getattr(importlib.import_module(module), name) is getattr(
@@ -96,15 +95,21 @@ def test_accelerate_test_command_is_accel_test():
 
 def test_commands_config_is_a_package_and_config_args_loads_a_file(tmp_path):
     import accel.commands.config
-    from accel.commands.config.config_args import load_config_from_file
+    from accel.commands.config.config_args import ClusterConfig, load_config_from_file
 
     assert hasattr(accel.commands.config, "__path__")  # a package, so .config_args exists
     path = tmp_path / "config.yaml"
     path.write_text("compute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_CPU\n"
                     "num_processes: 2\nmixed_precision: bf16\n")
-    config = load_config_from_file(path)
-    assert config.kind == "yaml" and config.values["num_processes"] == 2
-    assert config.values["mixed_precision"] == "bf16"
+    config = load_config_from_file(path)  # Accelerate's: a ClusterConfig
+    assert isinstance(config, ClusterConfig)
+    assert config.num_processes == 2 and config.mixed_precision == "bf16"
+    json_path = tmp_path / "config.json"
+    json_path.write_text('{"compute_environment": "LOCAL_MACHINE", "distributed_type": "NO", '
+                         '"num_processes": 3}')
+    assert load_config_from_file(json_path).num_processes == 3
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        load_config_from_file(tmp_path / "missing.yaml")
 
 
 def test_deepspeed_required_refuses_a_run_without_deepspeed():

@@ -25,7 +25,8 @@ from accel_launch.config_file import default_json_config_file, default_yaml_conf
 
 __all__ = ["BaseConfig", "ClusterConfig", "SageMakerConfig", "SAGEMAKER_REFUSAL",
            "SAGEMAKER_PYTORCH_VERSION",
-           "SAGEMAKER_PYTHON_VERSION", "SAGEMAKER_TRANSFORMERS_VERSION", "config_class_for"]
+           "SAGEMAKER_PYTHON_VERSION", "SAGEMAKER_TRANSFORMERS_VERSION", "config_class_for",
+           "load_config_object"]
 
 SAGEMAKER_REFUSAL = ("Amazon SageMaker launches are not supported by accel; run `accel launch` "
                      "on the instances themselves with a LOCAL_MACHINE config (`accel config`).")
@@ -209,3 +210,25 @@ def config_class_for(data: dict[str, Any]) -> type[BaseConfig]:
     """ClusterConfig, or SageMakerConfig for a ``compute_environment: AMAZON_SAGEMAKER`` dict."""
     env = _plain(data.get("compute_environment", ComputeEnvironment.LOCAL_MACHINE))
     return SageMakerConfig if env == ComputeEnvironment.AMAZON_SAGEMAKER.value else ClusterConfig
+
+
+def load_config_object(config_file: str | Path | None = None) -> BaseConfig:
+    """Accelerate's ``load_config_from_file``: the file (default: the one `accel config`
+    writes) as a :class:`ClusterConfig` (a SageMaker one is refused); JSON by its suffix,
+    else YAML. `accel launch` reads files through ``accel_launch.config_file`` instead."""
+    if config_file is not None:
+        path = Path(config_file)
+        if not path.is_file():
+            raise FileNotFoundError(f"The passed configuration file `{config_file}` does not "
+                                    "exist. Please pass an existing file to `accel launch`, "
+                                    "or use the default one created through `accel config`.")
+    else:
+        from accel_launch.config_file import default_config_file
+
+        path = default_config_file()
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".json":
+        return config_class_for(json.loads(text)).from_json_file(path)
+    import yaml
+
+    return config_class_for(yaml.safe_load(text) or {}).from_yaml_file(path)

@@ -1,7 +1,8 @@
-"""Accelerate's ``accelerate.commands.config.config_args`` path: the config-file locations,
-loader and writer of accel-launch, and Accelerate's ``BaseConfig`` / ``ClusterConfig`` /
-``SageMakerConfig`` classes (``accel_launch.config_classes``); `accel launch` itself reads
-files through ``ConfigFile``."""
+"""Accelerate's ``accelerate.commands.config.config_args`` path: the config-file locations
+and writer of accel-launch, and Accelerate's ``BaseConfig`` / ``ClusterConfig`` /
+``SageMakerConfig`` classes (``accel_launch.config_classes``); ``load_config_from_file``
+returns a ``ClusterConfig``, as Accelerate's does. `accel launch` itself reads files
+through ``ConfigFile``."""
 
 from __future__ import annotations
 
@@ -13,13 +14,13 @@ from accel_launch.config_classes import (
     ClusterConfig,
     SageMakerConfig,
 )
+from accel_launch.config_classes import load_config_object as load_config_from_file
 from accel_launch.config_file import (
     ConfigFile,
     cache_dir,
     default_config_file,
     default_json_config_file,
     default_yaml_config_file,
-    load_config_from_file,
     save_config,
 )
 
