@@ -14,7 +14,8 @@ def test_every_submodule_name_is_also_in_accel_utils(module):
     import accel.utils
 
     sub = importlib.import_module(module)
-    missing = [name for name in sub.__all__ if getattr(accel.utils, name, None) is not getattr(sub, name)]
+    missing = [name for name in sub.__all__
+               if getattr(accel.utils, name, None) is not getattr(sub, name)]
     assert missing == []
 
 
