@@ -46,9 +46,10 @@ def build(accelerator: Accelerator, seed: int):
     torch.manual_seed(seed)
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3))  # 3: ZeRO-3 padding
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
     loader = DataLoader(TensorDataset(torch.randn(16, 8)), batch_size=4)  # sets the micro batch
-    model, optimizer, _ = accelerator.prepare(model, optimizer, loader)
-    return model, optimizer
+    model, optimizer, scheduler, _ = accelerator.prepare(model, optimizer, scheduler, loader)
+    return model, optimizer, scheduler
 
 
 def engine_accelerator(case: str) -> Accelerator:
@@ -57,17 +58,21 @@ def engine_accelerator(case: str) -> Accelerator:
                        deepspeed_plugin=DeepSpeedPlugin(zero_stage=stage))
 
 
-def step(accelerator: Accelerator, model, optimizer, index: int) -> None:
+def step(accelerator: Accelerator, model, optimizer, scheduler, index: int) -> None:
+    """One step on this rank's batch ``index``; the learning rate halves after it (the
+    engine steps its scheduler itself: ``scheduler.step()`` is then a no-op)."""
     gen = torch.Generator().manual_seed(10 * index + accelerator.process_index)
     accelerator.backward(model(torch.randn(4, 8, generator=gen)).float().pow(2).mean())
     optimizer.step()
+    scheduler.step()
     optimizer.zero_grad()
 
 
 def held(accelerator: Accelerator, model, optimizer) -> dict[str, torch.Tensor]:
     """What the model and its Adam hold, full and in fp32: ``weight/<name>``,
-    ``exp_avg/<name>``, ``exp_avg_sq/<name>``, ``step/<name>`` (a collective for engines)."""
-    out: dict[str, torch.Tensor] = {}
+    ``exp_avg/<name>``, ``exp_avg_sq/<name>``, ``step/<name>``, and the learning rate ``lr``
+    (the scheduler's; a collective for engines)."""
+    out = {"lr": torch.tensor(optimizer.param_groups[0]["lr"], dtype=torch.float64)}
     if type(model).__name__ == "DeepSpeedEngine":
         from deepspeed.utils import safe_get_full_fp32_param, safe_get_full_optimizer_state
 
@@ -99,17 +104,23 @@ def weights_of(state: dict) -> dict:
     return {k: v for k, v in state.items() if k.startswith("weight/")}
 
 
+def trained(state: dict) -> dict:
+    """All but the learning rate after a step: on 2 processes Accelerate's scheduler steps
+    once per process (``num_processes`` times per step), DeepSpeed's engine once."""
+    return {k: v for k, v in state.items() if k != "lr"}
+
+
 def save_phase(root: Path) -> None:
     root.mkdir(parents=True, exist_ok=True)
     for case, (_, precision) in CASES.items():
         accelerator = engine_accelerator(case)
-        model, optimizer = build(accelerator, seed=0)
+        model, optimizer, scheduler = build(accelerator, seed=0)
         for index in range(2):
-            step(accelerator, model, optimizer, index)
+            step(accelerator, model, optimizer, scheduler, index)
         accelerator.save_state(root / case)
         at_save = held(accelerator, model, optimizer)
         if precision == "no":
-            step(accelerator, model, optimizer, 2)
+            step(accelerator, model, optimizer, scheduler, 2)
             after = weights_of(held(accelerator, model, optimizer))
             if accelerator.is_main_process:
                 save_file(after, root / f"{case}.after.safetensors")
@@ -122,13 +133,13 @@ def load_phase(root: Path) -> None:
     """2 processes: DDP from the 2-process cases; engines from the 1-process ones."""
     for case, (_, precision) in CASES.items():
         accelerator = Accelerator(cpu=True)
-        model, optimizer = build(accelerator, seed=1)
+        model, optimizer, scheduler = build(accelerator, seed=1)
         accelerator.load_state(root / case)
         want = load_file(root / f"{case}.held.safetensors")
         state = same(held(accelerator, model, optimizer), want)
         following = "skipped"  # bf16: the engine's steps are not fp32 DDP's
         if precision == "no":
-            step(accelerator, model, optimizer, 2)
+            step(accelerator, model, optimizer, scheduler, 2)
             following = same(weights_of(held(accelerator, model, optimizer)),
                              load_file(root / f"{case}.after.safetensors"), exact=False)
         print(f"DS-INTO-DDP {case} rank={accelerator.process_index} state={state} "
@@ -136,18 +147,20 @@ def load_phase(root: Path) -> None:
     for case in RESAVED:
         saved = root / f"one_{case}"
         ddp = Accelerator(cpu=True)
-        reference, reference_optimizer = build(ddp, seed=1)
+        reference, reference_optimizer, reference_scheduler = build(ddp, seed=1)
         ddp.load_state(saved)
-        step(ddp, reference, reference_optimizer, 4)
+        step(ddp, reference, reference_optimizer, reference_scheduler, 4)
         want = held(ddp, reference, reference_optimizer)
         accelerator = engine_accelerator(case)
-        model, optimizer = build(accelerator, seed=1)
+        model, optimizer, scheduler = build(accelerator, seed=1)
         accelerator.load_state(saved)
         state = same(held(accelerator, model, optimizer),
                      load_file(root / f"one_{case}.held.safetensors"))
-        counters = (model.global_steps, model.optimizer.loss_scaler.cur_scale) == (3, 1.0)
-        step(accelerator, model, optimizer, 4)
-        following = same(held(accelerator, model, optimizer), want, exact=False)
+        counters = (model.global_steps, model.lr_scheduler.last_epoch,
+                    model.optimizer.loss_scaler.cur_scale) == (3, 3, 1.0)
+        step(accelerator, model, optimizer, scheduler, 4)
+        following = same(trained(held(accelerator, model, optimizer)), trained(want),
+                         exact=False)
         print(f"DS-1-TO-2 {case} rank={accelerator.process_index} state={state} "
               f"counters={counters} next={following}", flush=True)
 
@@ -158,26 +171,26 @@ def one_phase(root: Path) -> None:
     references = {}
     for case, (_, precision) in CASES.items():
         plain = Accelerator(cpu=True)
-        model, optimizer = build(plain, seed=2)
+        model, optimizer, scheduler = build(plain, seed=2)
         plain.load_state(root / case)
         want = load_file(root / f"{case}.held.safetensors")
         print(f"DS-INTO-PLAIN {case} state={same(held(plain, model, optimizer), want)}",
               flush=True)
         if precision == "no":
-            step(plain, model, optimizer, 3)
+            step(plain, model, optimizer, scheduler, 3)
             references[case] = held(plain, model, optimizer)
     for case, (_, precision) in CASES.items():
         accelerator = engine_accelerator(case)
-        model, optimizer = build(accelerator, seed=3)
+        model, optimizer, scheduler = build(accelerator, seed=3)
         accelerator.load_state(root / case)
         want = load_file(root / f"{case}.held.safetensors")
         state = same(held(accelerator, model, optimizer), want)
         lp = all(torch.equal(p.detach(), want[f"weight/{n}"].to(p.dtype))
                  for n, p in model.module.named_parameters()) if CASES[case][0] < 3 else True
-        counters = model.global_steps == 2
+        counters = (model.global_steps, model.lr_scheduler.last_epoch) == (2, 2)
         following = "skipped"
         if precision == "no":
-            step(accelerator, model, optimizer, 3)
+            step(accelerator, model, optimizer, scheduler, 3)
             following = same(held(accelerator, model, optimizer), references[case], exact=False)
         print(f"DS-2-TO-1 {case} state={state} model={lp} counters={counters} "
               f"next={following}", flush=True)
@@ -186,7 +199,7 @@ def one_phase(root: Path) -> None:
             save_file(held(accelerator, model, optimizer), root / f"one_{case}.held.safetensors")
     refusals(root)
     fsdp = Accelerator(cpu=True, fsdp_plugin=FullyShardedDataParallelPlugin())
-    model, optimizer = build(fsdp, seed=4)
+    model, optimizer, scheduler = build(fsdp, seed=4)
     fsdp.load_state(root / "ds")  # FSDP2 over one process: the full state cut into shards
     sharded = isinstance(next(model.parameters()), DTensor)
     want = load_file(root / "ds.held.safetensors")
@@ -203,7 +216,7 @@ def refusals(root: Path) -> None:
     from accel_checkpoint.errors import CorruptCheckpointError
 
     accelerator = Accelerator(cpu=True, deepspeed_plugin=DeepSpeedPlugin(zero_stage=0))
-    model, _ = build(accelerator, seed=5)
+    model, _, _ = build(accelerator, seed=5)
     before = {k: v.clone() for k, v in model.module.state_dict().items()}
     try:
         accelerator.load_state(root / "ds")
@@ -220,7 +233,7 @@ def refusals(root: Path) -> None:
     raw[len(raw) // 2] ^= 0xFF
     shard.write_bytes(bytes(raw))
     accelerator = engine_accelerator("ds")
-    model, _ = build(accelerator, seed=5)
+    model, _, _ = build(accelerator, seed=5)
     try:
         accelerator.load_state(broken)
         print("DS-CORRUPT-ACCEPTED", flush=True)
