@@ -44,8 +44,9 @@ def test_zero_stages_configs_checkpoint_resume(ds_launcher, explain, run_here, t
     moments and step equal to what the engines held; the next step equal to theirs), an
     FSDP2 model here, and 1-process engines (accel repartitions the ZeRO state: equal state
     and counters, the next step equal to the plain model's); the 1-process engines save
-    again and 2-process engines load those (the next step equal to DDP's). A ZeRO-0 engine
-    refuses, naming why; a flipped byte in a partition is named."""
+    again and 2-process engines load those (the next step equal to DDP's). ZeRO-3 engines
+    prepared without an optimizer load the weights (2 -> 1, 1 -> 1, 1 -> 2). A ZeRO-0
+    engine refuses, naming why; a flipped byte in a partition is named."""
     out = _run(ds_launcher, explain, "train", str(tmp_path))
     for marker in TRAIN:
         for rank in (0, 1):
@@ -62,6 +63,7 @@ def test_zero_stages_configs_checkpoint_resume(ds_launcher, explain, run_here, t
         following = "True" if fp32 else "skipped"
         assert (f"DS-2-TO-1 {case} state=True model=True counters=True next={following}"
                 in one), one
+    assert "DS-EVAL-2-TO-1 equal=True same=True" in one, one  # ZeRO-3 without an optimizer
     assert "DS-ZERO0-REFUSED named=True unchanged=True" in one, one
     assert "DS-CORRUPT-REFUSED named=True" in one, one
     assert "DS-INTO-FSDP sharded=True equal=True" in one, one
@@ -77,6 +79,7 @@ def test_zero_stages_configs_checkpoint_resume(ds_launcher, explain, run_here, t
         for case in ("ds", "ds_z3"):
             line = f"DS-1-TO-2 {case} rank={rank} state=True counters=True next=True"
             assert line in out, f"across: 1-process {case} into 2 engines, rank {rank}\n{out}"
+    assert "DS-EVAL-1-TO-2 equal=True" in out, out
     _merge_weights(tmp_path, capsys)
 
 

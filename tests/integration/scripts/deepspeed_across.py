@@ -15,11 +15,13 @@ held); an FSDP2 model loads ``ds``; a 1-process engine of the same stage loads e
 case (accel repartitions it): the state equals what the 2 engines held, and the next step
 equals the plain model's from the same state (weights and moments); the ZeRO-2 and ZeRO-3
 engines then save ``ROOT/one_<case>`` (1 process) with ``one_<case>.held.safetensors``. A
-ZeRO-0 engine refuses the 2-process ZeRO state, naming why, before it changes anything; a
-flipped byte in a partition is named.
+ZeRO-3 engine prepared without an optimizer loads the weights of ``ds_z3`` (2 processes) and
+of ``one_ds_z3`` (1). A ZeRO-0 engine refuses the 2-process ZeRO state, naming why, before
+it changes anything; a flipped byte in a partition is named.
 ``load ROOT`` (2 processes): DDP models load each 2-process case (state equal, next step
 equal to the engines'); then 2-process engines load the 1-process ``one_*`` checkpoints:
-state equal to what the 1 engine held, the next step equal to DDP's from the same state.
+state equal to what the 1 engine held, the next step equal to DDP's from the same state; a
+ZeRO-3 engine without an optimizer loads the weights of ``one_ds_z3``.
 """
 
 from __future__ import annotations
@@ -110,6 +112,22 @@ def trained(state: dict) -> dict:
     return {k: v for k, v in state.items() if k != "lr"}
 
 
+def evaluation_engine(root: Path, checkpoint: str) -> str:
+    """A ZeRO-3 engine prepared without an optimizer loads ``checkpoint`` (the weights alone:
+    accel writes them through GatheredParameters at any number of processes); rank 0 says
+    whether its gathered weights equal what the saving engine held."""
+    accelerator = engine_accelerator("ds_z3")
+    torch.manual_seed(6)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3))
+    loader = DataLoader(TensorDataset(torch.randn(16, 8)), batch_size=4)
+    model, _ = accelerator.prepare(model, loader)
+    accelerator.load_state(root / checkpoint)
+    got = accelerator.get_state_dict(model)  # gathered on rank 0
+    want = load_file(root / f"{checkpoint}.held.safetensors")
+    equal = all(torch.equal(got[k], want[f"weight/{k}"]) for k in got) and len(got) == 4
+    return str(equal) if accelerator.is_main_process else "rank0"
+
+
 def save_phase(root: Path) -> None:
     root.mkdir(parents=True, exist_ok=True)
     for case, (_, precision) in CASES.items():
@@ -163,6 +181,7 @@ def load_phase(root: Path) -> None:
                          exact=False)
         print(f"DS-1-TO-2 {case} rank={accelerator.process_index} state={state} "
               f"counters={counters} next={following}", flush=True)
+    print(f"DS-EVAL-1-TO-2 equal={evaluation_engine(root, 'one_ds_z3')}", flush=True)
 
 
 def one_phase(root: Path) -> None:
@@ -197,6 +216,8 @@ def one_phase(root: Path) -> None:
         if case in RESAVED:
             accelerator.save_state(root / f"one_{case}")
             save_file(held(accelerator, model, optimizer), root / f"one_{case}.held.safetensors")
+    print(f"DS-EVAL-2-TO-1 equal={evaluation_engine(root, 'ds_z3')} "
+          f"same={evaluation_engine(root, 'one_ds_z3')}", flush=True)
     refusals(root)
     fsdp = Accelerator(cpu=True, fsdp_plugin=FullyShardedDataParallelPlugin())
     model, optimizer, scheduler = build(fsdp, seed=4)

@@ -72,16 +72,21 @@ def _needs_reshape(path: Path, folder: Path, engine: Any, with_optimizer: bool,
     engine must take (its optimizer state, or ZeRO-3's partitioned weights): then accel
     repartitions them itself (:mod:`~accel_parallel.deepspeed.reshape`), since DeepSpeed
     refuses, and only after it has loaded the weights. What cannot be repartitioned is
-    refused here, before anything is read."""
+    refused here, before anything is read. ZeRO-3 weights loaded without the optimizer go
+    through accel at any number of processes."""
     from accel_parallel.deepspeed.reshape import reshape_refusal
 
     ranks = {int(m.group(1)) for p in folder.iterdir() if (m := _RANK_FILE.search(p.name))}
     saved = max(ranks) + 1 if ranks else None
     current = getattr(engine, "dp_world_size", world_size)
     stage3 = engine.zero_optimization_stage() == 3
-    if saved is None or saved == current or not (with_optimizer or stage3):
-        return False
-    why = reshape_refusal(engine, saved)
+    if saved is None or not (with_optimizer or stage3):
+        return False  # no partitions, or the module alone: DeepSpeed reads it at any size
+    why = reshape_refusal(engine, with_optimizer)
+    if saved == current:
+        # ZeRO-3 weights alone: DeepSpeed would read them with zero_to_fp32 (a full
+        # unpickler, and a 'latest' file accel does not write), so accel does
+        return stage3 and not with_optimizer and why is None
     if why is None:
         return True
     raise ConfigurationError(

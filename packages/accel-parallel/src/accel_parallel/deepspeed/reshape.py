@@ -34,14 +34,16 @@ __all__ = ["load_into_engine", "reshape_refusal"]
 _COUNTERS = ("global_steps", "global_samples", "skipped_steps")
 
 
-def reshape_refusal(engine: Any, saved_processes: int) -> str | None:
-    """Why ``engine`` cannot take ZeRO state of ``saved_processes`` processes by
+def reshape_refusal(engine: Any, with_optimizer: bool = True) -> str | None:
+    """Why ``engine`` cannot take ZeRO state of another number of processes by
     reshaping, or ``None`` when it can."""
     stage = engine.zero_optimization_stage()
     zero = engine.optimizer
     if stage not in (1, 2, 3):
         return (f"the engine runs ZeRO stage {stage}, which keeps no ZeRO partitions to cut "
                 "the state into (prepare it with zero_stage 1, 2 or 3)")
+    if _evaluation_zero3(engine, with_optimizer):
+        return None
     flats = "fp32_partitioned_groups_flat" if stage == 3 else "single_partition_of_fp32_groups"
     if not hasattr(zero, flats) or not hasattr(zero, "optimizer"):
         return (f"its optimizer ({type(zero).__name__}) is not DeepSpeed's ZeRO optimizer this "
@@ -51,6 +53,24 @@ def reshape_refusal(engine: Any, saved_processes: int) -> str | None:
     if stage == 3 and getattr(zero, "params_in_nvme_and_cpu", False):
         return "its parameters are swapped to NVMe (offload_param device 'nvme')"
     return None
+
+
+def _evaluation_zero3(engine: Any, with_optimizer: bool) -> bool:
+    """A ZeRO-3 engine prepared without an optimizer (only its parameters are partitioned,
+    by DeepSpeed's ``DeepSpeedZeRoOffload``) loading weights alone."""
+    return (not with_optimizer and engine.zero_optimization_stage() == 3
+            and not hasattr(engine.optimizer, "fp32_partitioned_groups_flat"))
+
+
+def _write_gathered(engine: Any, saved: ZeroCheckpoint) -> None:
+    """Weights into a ZeRO-3 engine without fp32 partitions: each parameter gathered, set,
+    and partitioned again (DeepSpeed's ``GatheredParameters``; a collective per parameter)."""
+    from accel_parallel.deepspeed.runtime import import_deepspeed
+
+    gathered = import_deepspeed().zero.GatheredParameters
+    for name, param in engine.module.named_parameters():
+        with gathered([param], modifier_rank=0), torch.no_grad():
+            param.data.copy_(saved.weights[name].to(param.dtype).reshape(param.shape))
 
 
 def _version() -> str:
@@ -159,9 +179,11 @@ def _write_partitioned_weight(zero: Any, param: Any, full: torch.Tensor) -> None
 def load_into_engine(path: Any, engine: Any, saved: ZeroCheckpoint, *, with_optimizer: bool,
                      with_scheduler: bool = True, strict: bool = True) -> None:
     """Put ``saved`` (joined from any number of processes) into ``engine``'s partitions:
-    the fp32 master weights, the model weights, buffers, and with ``with_optimizer`` the
-    optimizer state, hyperparameters and loss scaler, the scheduler and step counters."""
-    why = reshape_refusal(engine, saved.processes)
+    the fp32 master weights, the model weights, buffers, with ``with_optimizer`` the
+    optimizer state, hyperparameters and loss scaler; and, as DeepSpeed's own load does,
+    the scheduler and step counters. A ZeRO-3 engine prepared without an optimizer takes
+    the weights through ``GatheredParameters``."""
+    why = reshape_refusal(engine, with_optimizer)
     if why is not None:
         raise ConfigurationError(f"{path}: accel cannot repartition its ZeRO state onto this "
                                  f"engine: {why}.")
@@ -169,6 +191,25 @@ def load_into_engine(path: Any, engine: Any, saved: ZeroCheckpoint, *, with_opti
         raise ConfigurationError(f"{path} holds no optimizer state to resume the optimizer "
                                  "from: load the model alone.")
     _check_names(path, engine, saved, strict)
+    if _evaluation_zero3(engine, with_optimizer):
+        _write_gathered(engine, saved)
+    else:
+        _write_partitions(engine, saved, with_optimizer)
+    with torch.no_grad():
+        for name, buffer in engine.module.named_buffers():
+            if name in saved.weights:
+                buffer.copy_(saved.weights[name])
+    model = saved.model_file  # what DeepSpeed's load restores unless loading the module only
+    if with_scheduler and engine.lr_scheduler is not None and model.get("lr_scheduler"):
+        engine.lr_scheduler.load_state_dict(model["lr_scheduler"])
+    for key in _COUNTERS:
+        if key in model:
+            setattr(engine, key, model[key])
+    engine.loaded_checkpoint_dp_world_size = model.get("dp_world_size")
+
+
+def _write_partitions(engine: Any, saved: ZeroCheckpoint, with_optimizer: bool) -> None:
+    """The fp32 partitions, model weights and (``with_optimizer``) optimizer state."""
     zero = engine.optimizer
     stage3 = engine.zero_optimization_stage() == 3
     names = {id(p): n for n, p in engine.module.named_parameters()}
@@ -185,18 +226,7 @@ def load_into_engine(path: Any, engine: Any, saved: ZeroCheckpoint, *, with_opti
                 _write_partitioned_weight(zero, param, full)
             else:
                 param.copy_(full.reshape(param.shape))
-        for name, buffer in engine.module.named_buffers():
-            if name in saved.weights:
-                buffer.copy_(saved.weights[name])
         if with_optimizer:
             _write_optimizer(engine, saved, slots)
     if stage3 and hasattr(zero, "checkpoint_event_epilogue"):
         zero.checkpoint_event_epilogue()  # persistent parameters gathered again
-    if with_optimizer:
-        model = saved.model_file
-        if with_scheduler and engine.lr_scheduler is not None and model.get("lr_scheduler"):
-            engine.lr_scheduler.load_state_dict(model["lr_scheduler"])
-        for key in _COUNTERS:
-            if key in model:
-                setattr(engine, key, model[key])
-    engine.loaded_checkpoint_dp_world_size = saved.model_file.get("dp_world_size")
