@@ -3,11 +3,14 @@
 A save writes into ``<name>.tmp-<id>/``; replacing a checkpoint parks the old copy as
 ``<name>.old-<id>/`` for the swap; rotation renames a checkpoint to ``<name>.deleting-<id>/``
 before deleting it, so a kill mid-delete never leaves a checkpoint half-deleted under its
-own name. A process holds an exclusive ``flock`` on each such folder while it works in it
-(the kernel drops the lock when the process dies, however it dies), so the next save can
-tell a leftover (no holder) from another live job's folder (held) without trusting ages or
-ids. After each commit the writing rank runs :func:`clean_leftovers` on the checkpoint's
-parent folder:
+own name. Every process working in such a folder holds a shared ``flock`` on it (the
+writing rank from its creation; with per-rank layouts every rank while it writes its files
+there), and the kernel drops the lock when the process dies, however it dies; so the next
+save can tell a leftover (no holder: an exclusive lock is granted) from a folder a live
+process still works in (held) without trusting ages or ids. After each commit the writing
+rank runs :func:`clean_leftovers` on the checkpoint's parent folder (per-rank layouts: also
+at the start of each load, once every rank has entered it; see
+:func:`accel_checkpoint.rank_writers.clean_leftovers_together`):
 
 - a staging folder nobody holds is removed (an interrupted save: never loaded anyway);
 - a parked old copy nobody holds is removed when its checkpoint exists again, and put back
@@ -15,10 +18,11 @@ parent folder:
 - a rotation's folder nobody holds is removed (the rotation is finished).
 
 Only folders named as accel names them (``<name><infix><12 hex digits>``) are considered:
-a user's ``results.tmp-old`` is never touched. Each removal or restore is logged (``accel_checkpoint`` logger, warning level). Folders
-younger than ``GRACE_S`` are left alone: a save creates its folder and locks it a moment
-later. File systems without ``flock`` (some network mounts) are never cleaned: nothing is
-removed that cannot be proven unheld.
+a user's ``results.tmp-old`` is never touched. Each removal or restore is logged
+(``accel_checkpoint`` logger, warning level). Folders younger than ``GRACE_S`` are left
+alone: a save creates its folder and locks it a moment later. File systems without
+``flock`` (some network mounts) are never cleaned: nothing is removed that cannot be
+proven unheld.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ import shutil
 import threading
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from accel_checkpoint.constants import OLD_INFIX, TMP_INFIX, TRASH_INFIX
@@ -39,7 +45,7 @@ try:
 except ImportError:  # not POSIX (Windows): nothing is locked, nothing is cleaned
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["claim", "release", "trash", "clean_leftovers", "GRACE_S"]
+__all__ = ["claim", "release", "held", "trash", "clean_leftovers", "GRACE_S"]
 
 #: Seconds a leftover must be untouched before it is cleaned.
 GRACE_S = 10.0
@@ -53,7 +59,8 @@ _HELD_LOCK = threading.Lock()
 
 
 def claim(folder: Path) -> None:
-    """Hold ``folder`` (a staging, parked or rotation folder) until :func:`release`."""
+    """Hold ``folder`` (a staging, parked or rotation folder) until :func:`release`. The
+    lock is shared: the ranks writing into one staging folder all hold it at once."""
     if fcntl is None:
         return
     try:
@@ -61,8 +68,8 @@ def claim(folder: Path) -> None:
     except OSError:
         return
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:  # no flock here, or held: the folder is not cleaned either way
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:  # no flock here: nothing is cleaned on this file system either
         pass
     with _HELD_LOCK:
         _HELD[str(folder)] = fd
@@ -74,6 +81,17 @@ def release(folder: Path) -> None:
         fd = _HELD.pop(str(folder), None)
     if fd is not None:
         os.close(fd)
+
+
+@contextmanager
+def held(folder: Path) -> Iterator[None]:
+    """:func:`claim` ``folder`` for the ``with`` block (a rank writing into a staging
+    folder another rank made)."""
+    claim(folder)
+    try:
+        yield
+    finally:
+        release(folder)
 
 
 def trash(path: Path) -> None:

@@ -13,15 +13,19 @@ The protocol (the writer — DCP, an engine's checkpoint — only writes and rea
 4. rank 0 gathers every rank's records and commits — ``manifest.json`` (``layout`` =
    ``writer.layout``, the per-rank objects and their kinds under
    ``metadata["sharded_objects"]``), fsync, one atomic rename — only if no rank failed;
-   otherwise the staging directory is removed and every rank raises, naming the rank.
+   otherwise the staging directory is removed and every rank raises, naming the rank;
+5. committed, rank 0 cleans the parent folder of interrupted saves' and rotations'
+   leftovers (:mod:`~accel_checkpoint.leftovers`; every rank holds the staging folder while
+   it writes there), then runs ``on_commit`` (rotation); the others wait for the outcome.
 
-Loading checks the manifest and layout, refuses a writer that unpickles arbitrary objects
-unless trusted (see :func:`pickle_problem`), hashes every file (the ranks share the
-work; a bad file is named on every rank), runs ``prepare(path)`` (load hooks), reads the
-replicated objects and RNG states, and only then calls ``writer.load`` — with
-``read=`` (:func:`~accel_checkpoint.hashing.verified_reader`: a file's bytes, read once
-and hash-checked) when the writer says ``reads_verified``, so that what it parses is what
-was checked.
+Loading first does the same cleaning once every rank has entered it, then checks the
+manifest and layout, refuses a writer that unpickles arbitrary objects unless trusted (see
+:func:`pickle_problem`), hashes every file (the ranks share the work; a bad file is named
+on every rank), runs ``prepare(path)`` (load hooks), reads the replicated objects and RNG
+states, and only then calls ``writer.load`` — with ``read=``
+(:func:`~accel_checkpoint.hashing.verified_reader`: a file's bytes, read once and
+hash-checked) when the writer says ``reads_verified``, so that what it parses is what was
+checked.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import shutil
 import time
 import warnings
 from collections.abc import Callable, Mapping
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,6 +56,7 @@ from accel_checkpoint.hashing import (
     record_new_files,
     verified_reader,
 )
+from accel_checkpoint.leftovers import clean_leftovers, held, release
 from accel_checkpoint.manager import read_object
 from accel_checkpoint.manifest import Manifest, library_versions, verify_checkpoint
 from accel_checkpoint.rank_writers import (
@@ -58,6 +64,7 @@ from accel_checkpoint.rank_writers import (
     UNPICKLES_KEY,
     broadcast,
     check_writer,
+    clean_leftovers_together,
     dist_info,
     gather,
     listing,
@@ -213,16 +220,17 @@ def save_rank_state(directory: str | os.PathLike[str], writer: RankCheckpointWri
     if made.startswith("error:"):
         raise CheckpointWriteError(final, made.removeprefix("error:"))
     staging = Path(made)
-    error = _failure(gather(_prepare(prepare_dir, staging), on))
-    prepared = listing(staging) if rank == 0 and error is None else set()
-    # No rank may write before rank 0 has listed what the hooks wrote: a rank file that is
-    # already there would be taken for a hook's file (and refused as overwritten).
-    broadcast(None, on)
-    results: list[dict[str, Any]] = []
-    if error is None:
-        results = gather(_write_rank(writer, staging, objects, replicated, data, rng, rank,
-                                      world), on)
-        error = _failure(results)
+    with held(staging) if rank != 0 else nullcontext():  # rank 0 holds it since it made it
+        error = _failure(gather(_prepare(prepare_dir, staging), on))
+        prepared = listing(staging) if rank == 0 and error is None else set()
+        # No rank may write before rank 0 has listed what the hooks wrote: a rank file
+        # already there would be taken for a hook's file (and refused as overwritten).
+        broadcast(None, on)
+        results: list[dict[str, Any]] = []
+        if error is None:
+            results = gather(_write_rank(writer, staging, objects, replicated, data, rng,
+                                          rank, world), on)
+            error = _failure(results)
     committed, hook_error = False, None
     if rank == 0 and error is None:
         try:
@@ -233,9 +241,12 @@ def save_rank_state(directory: str | os.PathLike[str], writer: RankCheckpointWri
             error = f"rank 0: {_describe(exc)}"
     if rank == 0 and not committed:
         shutil.rmtree(staging, ignore_errors=True)
-    if rank == 0 and committed and on_commit is not None:
-        try:
-            on_commit(final)
+        release(staging)
+    if rank == 0 and committed:  # every rank is past writing: only leftovers are taken
+        clean_leftovers(final.parent)
+        try:  # rotation (after the cleaning: it counts what was put back)
+            if on_commit is not None:
+                on_commit(final)
         except Exception as exc:
             hook_error = _describe(exc)
     error, hook_error = broadcast([error, hook_error], on)
@@ -354,6 +365,7 @@ def load_rank_state(directory: str | os.PathLike[str], writer: RankCheckpointWri
     writer = check_writer(writer)
     path = Path(directory)
     rank, world, on = dist_info()
+    clean_leftovers_together(path.parent, rank, on)  # may put back a parked `path`
     manifest = verify_checkpoint(path, deep=False)
     _check_layout(path, manifest, writer.layout)
     # Refused on every rank alike (the writer's load may be a collective), before hashing.

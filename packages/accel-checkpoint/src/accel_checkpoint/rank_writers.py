@@ -6,7 +6,8 @@ objects it saves (recorded in the manifest); :func:`pickle_problem` is the pickl
 (DESIGN.md §5): a writer whose load runs a full unpickler (``unpickles ==
 "arbitrary"``) loads only with an explicit opt-in, only files its manifest lists, and
 only after their bytes were verified (the caller hashes them first). Small collective
-helpers (every rank sees the same value) live here too.
+helpers (every rank sees the same value) live here too, and :func:`clean_leftovers_together`,
+the leftover cleaning of a per-rank load, done once every rank has entered it.
 """
 
 from __future__ import annotations
@@ -23,11 +24,13 @@ from torch import nn
 
 from accel_checkpoint.constants import MANIFEST_NAME
 from accel_checkpoint.errors import CheckpointError
+from accel_checkpoint.leftovers import clean_leftovers
 from accel_checkpoint.manifest import Manifest
 from accel_checkpoint.saving import check_name
 
 __all__ = ["OBJECTS_KEY", "UNPICKLES_KEY", "check_writer", "sharded_objects", "whole_objects",
-           "pickle_problem", "dist_info", "broadcast", "gather", "listing"]
+           "pickle_problem", "dist_info", "broadcast", "gather", "listing",
+           "clean_leftovers_together"]
 
 #: Key of ``manifest.metadata`` naming the objects the writer saved and their kinds.
 OBJECTS_KEY = "sharded_objects"
@@ -147,3 +150,13 @@ def pickle_problem(path: Path, manifest: Manifest, writer: RankCheckpointWriter,
 def listing(directory: Path) -> set[str]:
     """Relative POSIX paths of the files under ``directory``."""
     return {p.relative_to(directory).as_posix() for p in directory.rglob("*") if p.is_file()}
+
+
+def clean_leftovers_together(parent: Path, rank: int, on: bool) -> list[str]:
+    """A collective: once every rank has arrived (so none of them is still writing a
+    save of this job), rank 0 cleans ``parent`` of what interrupted saves and rotations
+    left (:func:`~accel_checkpoint.leftovers.clean_leftovers`; what another live job holds
+    stays) while the others wait; every rank returns the names cleaned."""
+    gather(None, on)  # everyone is here
+    done = [p.name for p in clean_leftovers(parent)] if rank == 0 else None
+    return broadcast(done, on)  # and nobody reads before rank 0 is done

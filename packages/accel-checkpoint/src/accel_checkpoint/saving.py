@@ -34,7 +34,7 @@ from accel_checkpoint.durability import BackgroundFlusher, fsync_dir, fsync_file
 from accel_checkpoint.errors import CheckpointError
 from accel_checkpoint.fileio import write_json, write_safetensors
 from accel_checkpoint.hashing import FileRecord, record_new_files
-from accel_checkpoint.leftovers import claim, release
+from accel_checkpoint.leftovers import claim, held, release
 from accel_checkpoint.manifest import Manifest, library_versions
 from accel_checkpoint.targets import check_save_target
 from accel_checkpoint.tree import flatten_state
@@ -190,7 +190,7 @@ def write_parts(staging: Path, parts: list[Part]) -> tuple[dict[str, Any], dict[
     objects: dict[str, Any] = {}
     with BackgroundFlusher() as flusher:  # an fsync that failed fails the save
         results = [_write_part(staging, part, flusher) for part in parts]
-    for part, (part_files, entry) in zip(parts, results):
+    for part, (part_files, entry) in zip(parts, results, strict=True):
         files.update(part_files)
         objects[part.name] = entry
     return files, objects
@@ -263,7 +263,8 @@ def run_save(round_: SaveRound, staging: Path | None, parts: list[Part], step: i
     if staging is None:
         return None
     try:
-        files, objects = write_parts(staging, parts)
+        with held(staging) if not peers.is_writer else nullcontext():  # the writer's anyway
+            files, objects = write_parts(staging, parts)
         if not peers.is_writer:
             round_.publish(files, objects)
         else:
