@@ -5,6 +5,7 @@ that compiles cpu_adam."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -24,11 +25,33 @@ def _port() -> str:
         return str(sock.getsockname()[1])
 
 
-def _run(launch, explain, *args: str, timeout: float = 300) -> str:
+def _run(launch, explain, *args: str, timeout: float = 300, killed: bool = False) -> str:
+    """``killed``: the launch ends in a save whose rank 1 SIGKILLs itself (then it fails)."""
     proc = launch("--cpu", "--num_processes", "2", "--main_process_port", _port(),
                   str(SCRIPTS / "deepspeed_checks.py"), *args, timeout=timeout)
-    assert proc.returncode == 0, explain(proc, tail=6000)
+    if killed:
+        assert proc.returncode != 0 and "KILLING 0 rank=1" in proc.stdout, explain(proc,
+                                                                                tail=6000)
+    else:
+        assert proc.returncode == 0, explain(proc, tail=6000)
     return proc.stdout
+
+
+def _killed_save_left(checkpoints: Path) -> Path:
+    """The staging folder of the save killed at the end of the train launch (checkpoint_1:
+    never committed), made older than the cleaning's grace period (a restart minutes later)."""
+    import time
+
+    from accel_checkpoint.leftovers import GRACE_S
+
+    names = sorted(p.name for p in checkpoints.iterdir())
+    assert len(names) == 2 and names[0] == "checkpoint_0", names
+    staging = checkpoints / names[1]
+    assert staging.name.startswith("checkpoint_1.tmp-"), names
+    assert any((staging / "deepspeed").rglob("zero_pp_rank_1_*")), "rank 1 wrote nothing"
+    past = time.time() - GRACE_S - 60
+    os.utime(staging, (past, past))
+    return staging
 
 
 @pytest.mark.multiprocess
@@ -46,8 +69,11 @@ def test_zero_stages_configs_checkpoint_resume(ds_launcher, explain, run_here, t
     and counters, the next step equal to the plain model's); the 1-process engines save
     again and 2-process engines load those (the next step equal to DDP's). ZeRO-3 engines
     prepared without an optimizer load the weights (2 -> 1, 1 -> 1, 1 -> 2). A ZeRO-0
-    engine refuses, naming why; a flipped byte in a partition is named."""
-    out = _run(ds_launcher, explain, "train", str(tmp_path))
+    engine refuses, naming why; a flipped byte in a partition is named.
+    The train launch ends in a save whose rank 1 is SIGKILLed with its files staged: the
+    resume launch's load_state cleans that staging folder and loads the last good checkpoint
+    (issue 39.1)."""
+    out = _run(ds_launcher, explain, "train", str(tmp_path), killed=True)
     for marker in TRAIN:
         for rank in (0, 1):
             assert f"{marker}-OK rank={rank}" in out, out
@@ -67,7 +93,12 @@ def test_zero_stages_configs_checkpoint_resume(ds_launcher, explain, run_here, t
     assert "DS-ZERO0-REFUSED named=True unchanged=True" in one, one
     assert "DS-CORRUPT-REFUSED named=True" in one, one
     assert "DS-INTO-FSDP sharded=True equal=True" in one, one
+    checkpoints = tmp_path / "run" / "checkpoints"
+    staging = _killed_save_left(checkpoints)
     out = _run(ds_launcher, explain, "resume", str(tmp_path))
+    # its load cleaned the killed save's staging folder and loaded checkpoint_0 (RESUME-OK:
+    # equal to the straight run)
+    assert not staging.exists() and sorted(os.listdir(checkpoints)) == ["checkpoint_0"]
     for marker in RESUME:
         for rank in (0, 1):
             assert f"{marker}-OK rank={rank}" in out, out

@@ -31,14 +31,13 @@ import types
 from pathlib import Path
 
 import torch
+from accel import Accelerator
+from accel.checkpointing import ProjectConfiguration
 from accel_checkpoint import leftovers, per_rank
 from accel_state import env
 from torch import nn
 from torch.distributed.fsdp import fully_shard
 from torch.utils.data import DataLoader, TensorDataset
-
-from accel import Accelerator
-from accel.checkpointing import ProjectConfiguration
 
 
 def kill(rank: int, attempt: int = 0) -> None:

@@ -9,7 +9,9 @@ with optimizer offload; ZeRO-3 with ``zero3_init_flag`` (through
 ``accelerator.state.deepspeed_plugin``), ``get_state_dict``, ``save_model``, a checkpoint
 round trip and rotation (``total_limit``); then the first half of save -> kill -> resume:
 ZeRO-2 saves after 3 steps, trains on to the end (the straight run, written to
-OUT/straight.pt), and the process exits without cleanup. Before that save, the ZeRO-1/2/3
+OUT/straight.pt), then saves again and rank 1 is SIGKILLed once its files are in that
+save's staging folder (``KILLING 0 rank=1``: the launch fails, nothing is committed, and
+the resume launch's load must clean the folder). Before that save, the ZeRO-1/2/3
 checkpoints of ``deepspeed_across.py save`` (OUT/across).
 
 ``cpu_adam OUT`` (slow): ZeRO-2 optimizer offload with a torch AdamW, turned into
@@ -42,6 +44,7 @@ from accel.utils import (
     DummyScheduler,
     ProjectConfiguration,
 )
+from checkpoint_per_rank_crash import kill_after_writing
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -384,6 +387,11 @@ def check_save(rank: int, out: Path) -> None:
         torch.save(final, out / "straight.pt")
     accelerator.wait_for_everyone()
     print(f"SAVE-OK rank={rank}", flush=True)
+    # a save killed mid-write: rank 1 dies with its DeepSpeed files in the staging folder
+    if rank == 1:
+        kill_after_writing(rank)
+    accelerator.save_state()
+    raise AssertionError(f"rank {rank}: the save whose rank 1 was killed returned")
 
 
 def check_resume(rank: int, out: Path) -> None:
@@ -434,9 +442,7 @@ def main() -> None:
         check_seed_workflow(rank, out)
         check_zero3_init(rank, out)
         deepspeed_across.save_phase(out / "across")
-        check_save(rank, out)
-        sys.stdout.flush()
-        os._exit(0)  # "killed": no end_training, no cleanup of the process group
+        check_save(rank, out)  # ends in a SIGKILLed save: no end_training, no cleanup
     elif mode == "resume":
         deepspeed_across.load_phase(out / "across")  # DDP first, in fresh processes
         check_resume(rank, out)
