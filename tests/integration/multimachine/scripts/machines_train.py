@@ -1,0 +1,59 @@
+"""The worker of the multi-machine tests: one script, two modes.
+
+``train OUT``: 4 data-parallel steps of a tiny model on per-rank batches seeded by
+(step, rank), so any layout of the same world size trains the same weights; rank 0 writes
+them (float.hex) with the world size and each rank's machine to OUT/final.json.
+
+``hold OUT``: every rank writes OUT/rank-N.pid (its pid, its machine), then all-reduces
+once a second until killed or for 120 s: a job that is running when the test interferes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from accel import Accelerator
+from torch import nn
+
+
+def train(out: Path, accelerator: Accelerator) -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    for step in range(4):
+        gen = torch.Generator().manual_seed(100 * step + accelerator.process_index)
+        x = torch.randn(8, 6, generator=gen)
+        loss = (model(x) - x.sum(dim=1, keepdim=True)).pow(2).mean()
+        accelerator.backward(loss)
+        optimizer.step()
+        optimizer.zero_grad()
+    machines = [None] * accelerator.num_processes
+    dist.all_gather_object(machines, os.environ.get("GROUP_RANK"))
+    if accelerator.is_main_process:
+        weights = accelerator.unwrap_model(model).state_dict()
+        (out / "final.json").write_text(json.dumps({
+            "world": accelerator.num_processes, "machines": machines,
+            "weights": {k: [float(v).hex() for v in t.flatten().tolist()]
+                        for k, t in weights.items()}}))
+
+
+def hold(out: Path, accelerator: Accelerator) -> None:
+    rank = accelerator.process_index
+    (out / f"rank-{rank}.pid").write_text(f"{os.getpid()} {os.environ.get('GROUP_RANK')}")
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        dist.all_reduce(torch.ones(1))
+        time.sleep(1)
+
+
+if __name__ == "__main__":
+    mode, folder = sys.argv[1], Path(sys.argv[2])
+    folder.mkdir(parents=True, exist_ok=True)
+    {"train": train, "hold": hold}[mode](folder, Accelerator(cpu=True))
