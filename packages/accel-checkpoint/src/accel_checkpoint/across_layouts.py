@@ -40,7 +40,6 @@ from typing import Any
 
 import torch
 from accel_state import ConfigurationError
-from accel_state.random import restore_rng_state
 from torch import nn
 
 from accel_checkpoint.applying import apply_states, refuse_misfits, state_problem
@@ -51,6 +50,7 @@ from accel_checkpoint.layouts import registered_writer
 from accel_checkpoint.manager import LoadedCheckpoint, read_object
 from accel_checkpoint.manifest import Manifest, verify_checkpoint
 from accel_checkpoint.rank_writers import OBJECTS_KEY, dist_info, gather
+from accel_checkpoint.rollback import agree_on, all_or_nothing
 from accel_checkpoint.saving import DATA_NAME, rng_name
 
 __all__ = ["FULL_STATE_LAYOUTS", "StateReader", "full_state_reader", "loads_across",
@@ -167,7 +167,7 @@ def _optimizer_problem(module: nn.Module, optimizer: torch.optim.Optimizer,
     params = dict(module.named_parameters(remove_duplicate=False))
     order = iter(_param_names(module, optimizer))
     own = [[next(order) for _ in g["params"]] for g in optimizer.param_groups]
-    for index, (group, names) in enumerate(zip(state["param_groups"], own)):
+    for index, (group, names) in enumerate(zip(state["param_groups"], own, strict=True)):
         if set(group["params"]) != set(names):
             other = sorted(str(n) for n in set(group["params"]) ^ set(names))
             return (f"parameter group {index} holds other parameters than the optimizer's "
@@ -305,7 +305,9 @@ def load_across_layouts(path: str | Path, objects: Mapping[str, Any], *, rng: bo
     checks and may still fill ``objects`` (a dict). ``trust_pickles`` is not needed:
     neither layout unpickles code. ``read_states`` reads the models and optimizers of
     another layout (a strategy's own writer's), after the same checks; by default the
-    registered writer's (:func:`full_state_reader`). A refused load changes nothing.
+    registered writer's (:func:`full_state_reader`). A refused load changes nothing, nor
+    does one that fails part-way on any rank: the models and optimizers are kept first (a
+    CPU copy of this rank's tensors and optimizer state) and put back on every rank.
     """
     path = Path(path)
     rank, world, on = dist_info()
@@ -340,10 +342,13 @@ def load_across_layouts(path: str | Path, objects: Mapping[str, Any], *, rng: bo
     _refuse(path, problems)
     refuse_misfits(path, [(n, _Checked(*models[n]), states[n]) for n in models if n in states]
                    + [(n, rest[n], st) for n, st in whole.items()])
-    _put_in_place(models, optimizers, modules, states, named)
-    apply_states(path, [(n, rest[n], st) for n, st in whole.items()])
-    if rng_state is not None:
-        restore_rng_state(rng_state)
+    with all_or_nothing() as rollback:  # a failure on any rank: every rank puts back
+        agree_on(path, on, lambda: apply_states(
+            path, [(n, rest[n], st) for n, st in whole.items()], rng_state))
+        for obj in [m for n, (m, _) in models.items() if n in states] + [
+                o for n, o in optimizers.items() if n in named]:
+            rollback.keep(obj, copy=True)  # torch writes into their tensors in place
+        agree_on(path, on, lambda: _put_in_place(models, optimizers, modules, states, named))
     return LoadedCheckpoint(path, manifest, data, manifest.step, None)
 
 

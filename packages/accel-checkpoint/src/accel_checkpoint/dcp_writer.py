@@ -130,6 +130,9 @@ class DCPWriter:
     unpickles = UNPICKLES_RESTRICTED
     loads_non_strict = True
     """``load`` takes ``non_strict=`` (model entry names loaded as ``strict=False``)."""
+    loads_in_place = True
+    """``load`` writes only into the objects' tensors (and replaces torch optimizers' state):
+    a copy kept before puts them back if the load fails (:mod:`accel_checkpoint.rollback`)."""
 
     def save(self, staging: Path, objects: Mapping[str, Any], rank: int,
              world_size: int) -> list[str]:

@@ -92,9 +92,11 @@ class CheckpointLayout(abc.ABC):
              rng: bool = True, strict: bool = True, verify: str = "full",
              prepare: Callable[[Path], Any] | None = None, manifest: Manifest | None = None,
              trust_pickles: bool | None = None) -> LoadedCheckpoint:
-        """Verify ``path`` and restore ``objects``; call it on every rank. ``prepare(path)``
-        runs after the checks, before anything is read, and may fill ``objects`` (a dict).
-        See :func:`~accel_checkpoint.manager.load_checkpoint`."""
+        """Verify ``path`` and restore ``objects``; call it on every rank (a collective: a
+        load that fails on any rank raises on every rank, and inside
+        :func:`~accel_checkpoint.rollback.all_or_nothing` each rank puts back what it had
+        changed). ``prepare(path)`` runs after the checks, before anything is read, and may
+        fill ``objects`` (a dict). See :func:`~accel_checkpoint.manager.load_checkpoint`."""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"
@@ -156,8 +158,15 @@ class ReplicatedLayout(CheckpointLayout):
              rng: bool = True, strict: bool = True, verify: str = "full",
              prepare: Callable[[Path], Any] | None = None, manifest: Manifest | None = None,
              trust_pickles: bool | None = None) -> LoadedCheckpoint:
-        return load_checkpoint(path, objects, rng=rng, strict=strict, verify=verify,
-                               prepare=prepare, manifest=manifest)
+        from accel_checkpoint.rank_writers import dist_info
+        from accel_checkpoint.rollback import agree_on
+
+        loaded: list[LoadedCheckpoint] = []
+        # a collective: no rank keeps a load another rank failed (each puts back its own)
+        agree_on(path, dist_info()[2], lambda: loaded.append(load_checkpoint(
+            path, objects, rng=rng, strict=strict, verify=verify, prepare=prepare,
+            manifest=manifest)))
+        return loaded[0]
 
 
 def split_objects(objects: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:

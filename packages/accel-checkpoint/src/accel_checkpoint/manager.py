@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import threading
 import warnings
 from collections.abc import Mapping
@@ -18,16 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from accel_state.random import restore_rng_state
-
 from accel_checkpoint.applying import apply_states, copies_into_place
 from accel_checkpoint.constants import MANIFEST_NAME
 from accel_checkpoint.containment import inside
 from accel_checkpoint.coordination import Peers, SaveRound
 from accel_checkpoint.errors import CheckpointError
 from accel_checkpoint.fileio import read_json, read_safetensors
-from accel_checkpoint.leftovers import clean_leftovers, trash
 from accel_checkpoint.hashing import FileRecord, Verification, current_digest, digest_algorithm
+from accel_checkpoint.leftovers import clean_leftovers, trash
 from accel_checkpoint.manifest import (
     Manifest,
     latest_checkpoint,
@@ -256,7 +253,9 @@ def load_checkpoint(path: str | os.PathLike[str], objects: Mapping[str, Any] | N
     loaded; a partial or corrupt checkpoint raises ``CorruptCheckpointError`` naming the
     file and no object is changed. States that cannot fit their objects (a shape or key
     mismatch, other parameter groups) are refused before any object is changed
-    (:func:`accel_checkpoint.applying.apply_states`).
+    (:func:`accel_checkpoint.applying.apply_states`), and a load that fails part-way (an
+    object's own ``load_state_dict`` raising) puts back what it had changed
+    (:mod:`accel_checkpoint.rollback`).
     ``verify="background"``: manifest, sizes and file formats are checked, the state is
     loaded, and the byte check runs on background threads: the caller must call
     ``result.verification.wait()`` before trusting the state (the Accelerator does before
@@ -307,10 +306,9 @@ def load_checkpoint(path: str | os.PathLike[str], objects: Mapping[str, Any] | N
     if verified is not None:
         verified.release()  # files checked but not read (a prepare_dir's, say)
     # Everything was read (and, in full mode, verified): only now change the caller's objects,
-    # after checking they fit (a refused load changes nothing).
-    apply_states(path, [(name, objects[name], state) for name, state in states.items()])
-    if rng_state is not None:
-        restore_rng_state(rng_state)
+    # after checking they fit (a refused load changes nothing, a failed one neither).
+    apply_states(path, [(name, objects[name], state) for name, state in states.items()],
+                 rng_state)
     if verify == "background":
         verification = Verification(path, files_to_verify(manifest, rank))
     return LoadedCheckpoint(path, manifest, data, manifest.step, verification)

@@ -41,7 +41,6 @@ from pathlib import Path
 from typing import Any
 
 from accel_state.protocols import RankCheckpointWriter
-from accel_state.random import restore_rng_state
 
 from accel_checkpoint.applying import apply_states, refuse_misfits
 from accel_checkpoint.constants import MANIFEST_NAME
@@ -54,7 +53,6 @@ from accel_checkpoint.hashing import (
     Verification,
     hash_file,
     record_new_files,
-    verified_reader,
 )
 from accel_checkpoint.leftovers import clean_leftovers, held, release
 from accel_checkpoint.manager import read_object
@@ -68,10 +66,12 @@ from accel_checkpoint.rank_writers import (
     dist_info,
     gather,
     listing,
+    load_options,
     pickle_problem,
     sharded_objects,
     whole_objects,
 )
+from accel_checkpoint.rollback import agree_on, all_or_nothing
 from accel_checkpoint.saving import _commit, rng_name, snapshot, write_parts
 from accel_checkpoint.targets import check_save_target, new_staging_dir
 
@@ -324,25 +324,6 @@ def _missing(path: Path, manifest: Manifest, kinds: dict[str, str], whole: dict[
         warnings.warn(f"{path} has no object(s) {missing}; they keep their state.", stacklevel=4)
 
 
-def _load_options(path: Path, writer: RankCheckpointWriter, manifest: Manifest,
-                  non_strict: set[str]) -> dict[str, Any]:
-    """The keyword arguments ``writer.load`` says it takes: ``read`` (a hash-checked
-    reader: :func:`~accel_checkpoint.hashing.verified_reader`) when it ``reads_verified``,
-    ``non_strict`` (model names) when any; refused if the writer cannot load non-strictly."""
-    options: dict[str, Any] = {}
-    if getattr(writer, "reads_verified", False):  # it parses what it reads: checked bytes
-        options["read"] = verified_reader(path, manifest.files)
-    if non_strict and not getattr(writer, "loads_non_strict", False):
-        raise CheckpointError(
-            f"strict=False cannot load {sorted(non_strict)} from {path}: the {writer.layout!r} "
-            f"writer ({type(writer).__name__}) loads models only strictly (it has no "
-            "loads_non_strict). Load with strict=True, or give the writer a load(..., "
-            "non_strict=names) and loads_non_strict = True.")
-    if non_strict:
-        options["non_strict"] = frozenset(non_strict)
-    return options
-
-
 def load_rank_state(directory: str | os.PathLike[str], writer: RankCheckpointWriter,
                     objects: Mapping[str, Any], *, strict: bool = True,
                     replicated: Mapping[str, Any] | None = None, rng: bool = False,
@@ -361,6 +342,14 @@ def load_rank_state(directory: str | os.PathLike[str], writer: RankCheckpointWri
     ``trust_pickles``: see :func:`pickle_problem`. ``non_strict``: names of models that load
     as ``load_state_dict(strict=False)`` (a collection read after ``prepare``, which may
     fill it); the writer must say ``loads_non_strict`` (else refused, nothing changed).
+
+    A load that fails part-way changes nothing on any rank (:mod:`accel_checkpoint.rollback`):
+    the replicated objects and RNG states load first and every rank reports how it went
+    before any enters ``writer.load``; a failure there is agreed on too, and every rank puts
+    back what it had changed. The writer's objects are kept first (a CPU copy of each
+    model's local tensors and each optimizer's state) only when the writer says
+    ``loads_in_place`` (its load writes only into those tensors: DCP's does); otherwise a
+    failing ``writer.load`` leaves its objects as it left them (the rest is put back).
     """
     writer = check_writer(writer)
     path = Path(directory)
@@ -385,14 +374,19 @@ def load_rank_state(directory: str | os.PathLike[str], writer: RankCheckpointWri
     saved = manifest.metadata.get(OBJECTS_KEY, {})
     chosen = {n: o for n, o in objects.items() if n in saved}
     refuse_misfits(path, [(n, whole[n], st) for n, st in states.items()])  # before the writer
-    _load_options(path, writer, manifest, set(non_strict) & set(chosen))  # refuse first
-    if chosen:
-        writer.load(path, chosen, rank, world,
-                    **_load_options(path, writer, manifest, set(non_strict) & set(chosen)))
-    apply_states(path, [(name, whole[name], state) for name, state in states.items()])
-    if rng_state is not None:
-        restore_rng_state(rng_state)
+    options = load_options(path, writer, manifest, set(non_strict) & set(chosen))  # refuse first
     data = None
     if _DATA_FILE in manifest.files:
         data = read_json(path / _DATA_FILE, manifest.files[_DATA_FILE])
+    with all_or_nothing() as rollback:
+        # What this rank loads itself goes first, and every rank says how it went: a rank
+        # that failed must not leave the others waiting in the writer's (collective) load.
+        agree_on(path, on, lambda: apply_states(
+            path, [(name, whole[name], state) for name, state in states.items()], rng_state))
+        if chosen:
+            if getattr(writer, "loads_in_place", False):  # a copy kept restores them
+                for obj in chosen.values():
+                    rollback.keep(obj, copy=True)
+            agree_on(path, on, lambda: writer.load(path, chosen, rank, world, **options))
     return LoadedRankState(path, manifest, data, manifest.step)
+

@@ -24,12 +24,13 @@ from torch import nn
 
 from accel_checkpoint.constants import MANIFEST_NAME
 from accel_checkpoint.errors import CheckpointError
+from accel_checkpoint.hashing import verified_reader
 from accel_checkpoint.leftovers import clean_leftovers
 from accel_checkpoint.manifest import Manifest
 from accel_checkpoint.saving import check_name
 
 __all__ = ["OBJECTS_KEY", "UNPICKLES_KEY", "check_writer", "sharded_objects", "whole_objects",
-           "pickle_problem", "dist_info", "broadcast", "gather", "listing",
+           "pickle_problem", "load_options", "dist_info", "broadcast", "gather", "listing",
            "clean_leftovers_together"]
 
 #: Key of ``manifest.metadata`` naming the objects the writer saved and their kinds.
@@ -145,6 +146,25 @@ def pickle_problem(path: Path, manifest: Manifest, writer: RankCheckpointWriter,
                 f"the {writer.layout!r} writer unpickles what it reads and could read them "
                 "unverified: remove them (they were not written by the save).")
     return None
+
+
+def load_options(path: Path, writer: RankCheckpointWriter, manifest: Manifest,
+                 non_strict: set[str]) -> dict[str, Any]:
+    """The keyword arguments ``writer.load`` says it takes: ``read`` (a hash-checked
+    reader: :func:`~accel_checkpoint.hashing.verified_reader`) when it ``reads_verified``,
+    ``non_strict`` (model names) when any; refused if the writer cannot load non-strictly."""
+    options: dict[str, Any] = {}
+    if getattr(writer, "reads_verified", False):  # it parses what it reads: checked bytes
+        options["read"] = verified_reader(path, manifest.files)
+    if non_strict and not getattr(writer, "loads_non_strict", False):
+        raise CheckpointError(
+            f"strict=False cannot load {sorted(non_strict)} from {path}: the {writer.layout!r} "
+            f"writer ({type(writer).__name__}) loads models only strictly (it has no "
+            "loads_non_strict). Load with strict=True, or give the writer a load(..., "
+            "non_strict=names) and loads_non_strict = True.")
+    if non_strict:
+        options["non_strict"] = frozenset(non_strict)
+    return options
 
 
 def listing(directory: Path) -> set[str]:
