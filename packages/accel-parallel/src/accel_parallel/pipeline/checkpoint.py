@@ -71,7 +71,7 @@ class StageOptimizer:
     user's groups (every stage keeps every group, stepped alike) with ``params`` naming the
     whole model's parameters of each group (``whole_groups``, recorded before the strategy
     pruned the other stages' parameters), so every rank writes the same value under the
-    same key. On load each group keeps the names this stage holds.
+    same key. On load each group takes the names this stage holds.
 
     Checkpoints of accel-parallel 0.3.6 and older nested each stage's state under
     ``pp<rank>``: they still load at the stage split that saved them."""
@@ -82,11 +82,14 @@ class StageOptimizer:
         self.optimizer = optimizer
         self.whole_groups = whole_groups
         self.key = f"pp{pipeline.topology.pp_rank}"  # the 0.3.6 layout's key
+        #: this stage's parameter names per group, from the last state_dict()
+        self._own_groups: list[list[str]] | None = None
 
     def state_dict(self) -> dict[str, Any]:
         from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
         state = get_optimizer_state_dict(self.pipeline.module, self.optimizer)
+        self._own_groups = [list(g["params"]) for g in state["param_groups"]]
         if self.whole_groups is not None:
             for group, names in zip(state["param_groups"], self.whole_groups, strict=True):
                 group["params"] = list(names)
@@ -116,11 +119,23 @@ class StageOptimizer:
 
         if self.key in state and "state" not in state:  # the 0.3.6 layout
             state = state[self.key]
-        else:  # each group keeps the parameters of this stage (those whose state was read)
-            mine = state["state"]
-            groups = [dict(g, params=[n for n in g["params"] if n in mine])
-                      for g in state["param_groups"]]
-            state = {"state": mine, "param_groups": groups}
+        else:  # each group keeps the parameters of this stage, whatever the saved ones were
+            own = self._own_groups
+            if own is None:
+                from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+                own = [list(g["params"]) for g in get_optimizer_state_dict(
+                    self.pipeline.module, self.optimizer)["param_groups"]]
+            saved = state["param_groups"]
+            if len(saved) != len(own):
+                from accel_state import ConfigurationError
+
+                raise ConfigurationError(
+                    f"The checkpoint's optimizer has {len(saved)} parameter group(s), this "
+                    f"one {len(own)}: build the optimizer with the same groups as the run "
+                    "that saved it.")
+            groups = [dict(g, params=names) for g, names in zip(saved, own, strict=True)]
+            state = {"state": state["state"], "param_groups": groups}
         set_optimizer_state_dict(self.pipeline.module, self.optimizer, state)
 
 

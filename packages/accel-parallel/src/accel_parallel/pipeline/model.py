@@ -125,6 +125,8 @@ class PipelinedModel(nn.Module):
         self._schedules: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
         self._step = 0
         self._consumed = True
+        #: the last training call's loss broadcast, on the rank that sent it (see _share_loss)
+        self._sending: Any = None
 
     # -- the schedule's loss ---------------------------------------------------------------
     def _micro_loss(self, output: Any, target: Any) -> torch.Tensor:
@@ -159,6 +161,7 @@ class PipelinedModel(nn.Module):
         stage, ``target`` the loss on the last); returns the batch's mean loss on every
         rank, its backward already done. Forward only (see the module docstring): the last
         stage's output, or the mean loss with ``target``, on every rank."""
+        self._finish_sending()
         if self.evaluation_only or not self.training or not torch.is_grad_enabled():
             return self._evaluate(args, kwargs, target, loss_fn)
         self._check_call(args, target, loss_fn)
@@ -175,7 +178,7 @@ class PipelinedModel(nn.Module):
             self._call_loss_fn = None
         loss = self._share_loss(
             torch.stack([part.detach().float() for part in losses]).sum()
-            if self.topology.has_last else None)
+            if self.topology.has_last else None, defer_send=True)
         self._step += 1
         self._consumed = False
         loss._accel_pipeline_step = (id(self), self._step)  # type: ignore[attr-defined]
@@ -235,8 +238,16 @@ class PipelinedModel(nn.Module):
                 "pipeline micro-batches: use a batch size divisible by num_microbatches, or "
                 "set PipelineParallelConfig(num_microbatches=...) to a divisor of it.")
 
-    def _share_loss(self, loss: torch.Tensor | None) -> torch.Tensor:
-        """The last stage's 0-d loss on every rank of the pipeline."""
+    def _share_loss(self, loss: torch.Tensor | None, *,
+                    defer_send: bool = False) -> torch.Tensor:
+        """The last stage's 0-d loss on every rank of the pipeline.
+
+        The receiving ranks wait for it. With ``defer_send`` the last stage, which already
+        holds the value, does not: it finishes its send at the next call. A blocking
+        broadcast would hold it until the first stage (the last to finish the step's
+        backward in 1F1B) reached the broadcast, instead of letting it step its optimizer
+        meanwhile, as a hand-written pipeline loop does (measured: 1F1B on 2 CPU processes,
+        5% of the step)."""
         import torch.distributed as dist
 
         if loss is None:
@@ -244,8 +255,18 @@ class PipelinedModel(nn.Module):
         loss = loss.to(self.device)
         if self.topology.pp_size > 1:
             source = self.topology.global_rank(self.topology.pp_size - 1)
-            dist.broadcast(loss, src=source, group=self.topology.group)
+            work = dist.broadcast(loss, src=source, group=self.topology.group, async_op=True)
+            if defer_send and dist.get_rank() == source:
+                self._sending = work
+            else:
+                work.wait()
         return loss
+
+    def _finish_sending(self) -> None:
+        """Wait for the previous call's loss send (a no-op on the other ranks)."""
+        if self._sending is not None:
+            work, self._sending = self._sending, None
+            work.wait()
 
     def consume(self, loss: torch.Tensor) -> None:
         """``accelerator.backward(loss)``: accept the loss of the last call, once."""

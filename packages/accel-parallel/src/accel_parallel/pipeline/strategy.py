@@ -28,6 +28,7 @@ import torch
 from accel_state import ConfigurationError
 from accel_state.imports import is_torch_version
 
+from accel_parallel.choosing import Unmet
 from accel_parallel.mesh.strategy import DataParallelStep, ParallelismStrategy
 from accel_parallel.pipeline.model import PipelinedModel, PipelineTopology
 from accel_parallel.pipeline.split import build_shell, merge_shells, plan_stages
@@ -76,9 +77,17 @@ class PipelineStrategy(ParallelismStrategy):
         self._whole_groups: dict[int, list[list[str]]] = {}
 
     @classmethod
-    def accepts(cls, config: StrategyConfig) -> bool:
+    def check(cls, config: StrategyConfig, environment: Any) -> list[Unmet]:
+        if is_torch_version("<", "2.6"):
+            return [Unmet(f"pipeline stages need torch>=2.6 (they infer their shapes at the "
+                          f"first step); this is torch {torch.__version__}",
+                          "upgrade torch, or set pp_size=1")]
+        return super().check(config, environment)
+
+    @classmethod
+    def claims(cls, config: StrategyConfig) -> bool:
         parallelism = config.plugins.get("parallelism_config")
-        return (super().accepts(config) and parallelism is not None
+        return (super().claims(config) and parallelism is not None
                 and getattr(parallelism, "pp_size", 1) > 1)
 
     def _build_mesh(self) -> Any:
@@ -173,7 +182,11 @@ class PipelineStrategy(ParallelismStrategy):
 
     def prepare_optimizer(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
         """Only this rank's stages' parameters stay in the optimizer (and their state)."""
-        names = [[self._names.get(id(p)) for p in g["params"]] for g in optimizer.param_groups]
+        # this rank's parameters may be new objects by now (sharded, rebound): by stage name
+        local = {id(p): n for pipeline in self._pipelines
+                 for n, p in pipeline.module.named_parameters()}
+        names = [[local.get(id(p), self._names.get(id(p))) for p in g["params"]]
+                 for g in optimizer.param_groups]
         if all(n is not None for group in names for n in group):
             self._whole_groups[id(optimizer)] = names  # type: ignore[assignment]
         for group in optimizer.param_groups:
