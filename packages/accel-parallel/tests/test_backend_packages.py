@@ -52,3 +52,24 @@ def test_a_deepspeed_module_does_not_load_the_strategy_and_accel_loads_neither()
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.strip()
     assert out == "[] False"
+
+
+def test_every_package_name_loads_from_the_module_that_defines_it():
+    """``accel_parallel``'s names are lazy (PEP 562): each listed name resolves, to the very
+    object of its module, and no name is listed twice or left out of ``__all__``."""
+    names = [n for names in accel_parallel._MODULES.values() for n in names]
+    assert len(names) == len(set(names)) and set(names) == set(accel_parallel.__all__)
+    for module, exported in accel_parallel._MODULES.items():
+        source = importlib.import_module(module)
+        for name in exported:
+            assert getattr(accel_parallel, name) is getattr(source, name), (module, name)
+    with pytest.raises(AttributeError, match="module 'accel_parallel' has no attribute 'nope'"):
+        accel_parallel.nope  # noqa: B018
+
+
+def test_import_accel_parallel_loads_no_backend_module():
+    code = ("import sys, accel_parallel; "
+            "print(sorted(m for m in sys.modules if m.startswith('accel_parallel.')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    assert out == "['accel_parallel._lazy']"
