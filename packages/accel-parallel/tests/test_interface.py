@@ -34,13 +34,21 @@ class _ReplacingStrategy(Strategy):
         return model
 
 
-def test_single_process_selects_single_and_names_win(state, monkeypatch):
+def test_single_process_selects_single_and_a_named_strategy_is_checked(state, monkeypatch):
     assert type(select_strategy(_config(state))) is SingleDeviceStrategy
-    monkeypatch.setenv("ACCEL_STRATEGY", "ddp")
-    assert type(select_strategy(_config(state))) is DDPStrategy  # named: built without asking
+    monkeypatch.setenv("ACCEL_STRATEGY", "ddp")  # named: not asked whether it claims, but checked
+    with pytest.raises(ConfigurationError, match=r"^Strategy 'ddp' \(named by ACCEL_STRATEGY .*\) "
+                       r"cannot run here: DistributedDataParallel needs a process group, and "
+                       r"this run of 1 process\(es\) has none\. Fix: start several processes"):
+        select_strategy(_config(state))
     monkeypatch.setenv("ACCEL_STRATEGY", "dpp")
     with pytest.raises(ConfigurationError, match="Did you mean 'ddp'"):
         select_strategy(_config(state))
+
+
+def test_a_named_ddp_runs_where_a_process_group_exists(state, gloo_group, monkeypatch):
+    monkeypatch.setenv("ACCEL_STRATEGY", "ddp")
+    assert type(select_strategy(_config(state))) is DDPStrategy
 
 
 def test_selection_asks_strategies_by_priority(state):
@@ -48,7 +56,7 @@ def test_selection_asks_strategies_by_priority(state):
         priority = 100
 
         @classmethod
-        def accepts(cls, config):
+        def claims(cls, config):
             return "eager" in config.plugins
 
     STRATEGIES.register("eager-test", Eager)
@@ -64,13 +72,13 @@ def test_two_accepting_strategies_of_one_priority_are_refused_naming_both(state)
         priority = 100
 
         @classmethod
-        def accepts(cls, config):
+        def claims(cls, config):
             return "twin" in config.plugins
 
     STRATEGIES.register("twin-a", Twin)
     STRATEGIES.register("twin-b", type("OtherTwin", (Twin,), {}))
     try:
-        with pytest.raises(ConfigurationError, match="twin-a, twin-b.*same priority.*"
+        with pytest.raises(ConfigurationError, match="twin-a, twin-b all claim.*same priority.*"
                            "ACCEL_STRATEGY"):
             select_strategy(_config(state, plugins={"twin": True}))
         assert type(select_strategy(_config(state))) is SingleDeviceStrategy  # not asked
@@ -86,9 +94,10 @@ def test_the_projects_strategies_have_distinct_priorities():
     assert len(set(priorities)) == len(priorities), {n: c.priority for n, c in found.items()}
 
 
-def test_ddp_accepts_several_processes_only(state):
-    assert not DDPStrategy.accepts(_config(state))
-    assert SingleDeviceStrategy.accepts(_config(state))
+def test_ddp_claims_several_processes_only(state):
+    assert not DDPStrategy.claims(_config(state))
+    assert SingleDeviceStrategy.claims(_config(state))
+    assert SingleDeviceStrategy.accepts(_config(state))  # the deprecated alias: claims + check
     built = DDPStrategy.from_config(_config(state, handlers={"ddp": None}))
     assert isinstance(built, DDPStrategy) and built.priority > SingleDeviceStrategy.priority
 

@@ -86,8 +86,9 @@ def test_preset_option_errors_name_the_preset_and_the_source(state):
                                                  r"zero_stage=2"):
         select_strategy(_config(state, requested="zero3", options={"zero_stage": 2}))
     with pytest.raises(ConfigurationError, match=r"preset 'zero3' with StrategyConfig\(options"
-                                                 r"=\.\.\.\): deepspeed_plugin has an unknown "
-                                                 r"key 'stage'"):
+                                                 r"=\.\.\.\) gives option\(s\) 'stage', which "
+                                                 r"strategy 'zero3' \(DeepSpeedPlugin\) does "
+                                                 r"not take; its options: .*zero_stage"):
         select_strategy(_config(state, requested="zero3", options={"stage": 3}))
 
 

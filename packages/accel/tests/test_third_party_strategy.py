@@ -178,7 +178,7 @@ def test_its_preset_and_the_code_winning_over_the_file(demo_package, monkeypatch
      r"gives strategy options \['level'\], but no strategy is named: name the one they are "
      r"for \(ACCEL_STRATEGY=<name>"),
     ({"ACCEL_STRATEGY": "single", "ACCEL_STRATEGY_CONFIG": '{"level": 2}'},
-     r"strategy 'single' takes none \(it declares no handler_kinds\)"),
+     r"strategy 'single' takes none \(it declares no options_class or handler_kinds\)"),
     ({"ACCEL_STRATEGY": "demo", "ACCEL_STRATEGY_CONFIG": "level=2"},
      r"ACCEL_STRATEGY_CONFIG='level=2' is not valid JSON"),
     ({"ACCEL_STRATEGY": "demo", "ACCEL_STRATEGY_CONFIG": "[2]"},

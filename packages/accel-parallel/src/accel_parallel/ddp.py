@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from accel_state import ConfigurationError, KwargsHandler
 
+from accel_parallel.choosing import RunEnvironment, Unmet
 from accel_parallel.compile import is_compiled_module
 from accel_parallel.strategy import Strategy
 from accel_parallel.unwrap import is_sharded_model
@@ -102,14 +103,17 @@ class DistributedDataParallelKwargs(KwargsHandler):
 class DDPStrategy(Strategy):
     """Replicate the model on every process and all-reduce gradients in backward.
 
-    The worked example of the Strategy interface (docs/architecture.md): it is chosen when
-    several processes run (:meth:`accepts`), wraps models in ``DistributedDataParallel``
-    (:meth:`prepare_model`) and skips the all-reduce on accumulation micro-steps
+    The worked example of the Strategy interface (docs/architecture.md): it claims a run of
+    several processes (:meth:`claims`), needs their process group (:meth:`check`), wraps
+    models in ``DistributedDataParallel`` (:meth:`prepare_model`) and skips the all-reduce
+    on accumulation micro-steps
     (:meth:`no_sync`); every other hook is the base default.
     """
 
     name = "ddp"
     priority = 10
+    #: its options (``--strategy ddp --strategy_config '{"find_unused_parameters": true}'``)
+    handler_kinds = {"ddp": DistributedDataParallelKwargs}
 
     def __init__(self, state: PartialState, *, precision: Precision | None = None,
                  ddp_kwargs: DistributedDataParallelKwargs | None = None,
@@ -118,8 +122,18 @@ class DDPStrategy(Strategy):
         self.ddp_kwargs = ddp_kwargs or DistributedDataParallelKwargs()
 
     @classmethod
-    def accepts(cls, config: StrategyConfig) -> bool:
+    def claims(cls, config: StrategyConfig) -> bool:
         return config.state.use_distributed
+
+    @classmethod
+    def check(cls, config: StrategyConfig, environment: RunEnvironment) -> list[Unmet]:
+        if environment.process_group:
+            return []
+        return [Unmet(
+            f"DistributedDataParallel needs a process group, and this run of "
+            f"{environment.num_processes} process(es) has none",
+            "start several processes with `accel launch --num_processes N` (N > 1), or leave "
+            "the strategy unnamed so a one-process run uses 'single'")]
 
     @classmethod
     def from_config(cls, config: StrategyConfig) -> DDPStrategy:

@@ -18,5 +18,5 @@ class SingleDeviceStrategy(Strategy):
     name = "single"
 
     @classmethod
-    def accepts(cls, config: StrategyConfig) -> bool:
+    def claims(cls, config: StrategyConfig) -> bool:
         return not config.state.use_distributed

@@ -27,22 +27,24 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import torch
 from accel_precision import NoPrecision, Precision
-from accel_state import DistributedType, MicroStep, Registry
+from accel_state import DistributedType, MicroStep
 
+from accel_parallel.choosing import Choosable
 from accel_parallel.compile import compile_model, has_compiled_regions, is_compiled_module
 from accel_parallel.rebind import parameter_moves, rebind_optimizer
 from accel_parallel.slow_steps import announce_first_forward
-from accel_parallel.strategy_options import StrategyPreset, apply_handler_options
+from accel_parallel.strategy_registry import STRATEGIES
 from accel_parallel.unwrap import extract_model_from_parallel, is_sharded_model
 
 if TYPE_CHECKING:
     from accel_state import PartialState
 
-    from accel_parallel.compile import TorchDynamoPlugin
+    from accel_parallel.choosing import Choosable
+from accel_parallel.compile import TorchDynamoPlugin
 
 __all__ = ["Strategy", "SupportsNoSync", "STRATEGIES", "PrepareRequest", "StrategyConfig",
            "NO_CONTEXT", "BOUNDARY"]
@@ -84,6 +86,8 @@ class StrategyConfig:
     #: options for the strategy named (a config file's ``strategy_config``), applied by
     #: :meth:`Strategy.configure`; default (None): ``ACCEL_STRATEGY_CONFIG``
     options: Mapping[str, Any] | None = None
+    #: who named :attr:`requested`, for messages (``Accelerator(strategy=...)``)
+    requested_by: str = "StrategyConfig(requested=...)"
 
 
 @dataclass
@@ -107,8 +111,10 @@ class PrepareRequest:
     accumulation_steps: int = 1
 
 
-class Strategy:
+class Strategy(Choosable):
     """Base strategy: one process, one device; every hook is that setting's behaviour.
+    How strategies are chosen, checked and given options: :class:`~accel_parallel.choosing.
+    Choosable` (``claims``, ``check``, ``priority``, ``handler_kinds``, ``options_class``).
 
     Args:
         state: the process's :class:`~accel_state.PartialState` (device, ranks).
@@ -116,18 +122,9 @@ class Strategy:
             (autocast around forward by default) and owns its loss scaler.
     """
 
-    name: ClassVar[str] = "base"
     #: how prepared models are compiled (``TorchDynamoPlugin``); set by
     #: :func:`~accel_parallel.select_strategy` from the configuration, None: not compiled
     dynamo_plugin: TorchDynamoPlugin | None = None
-    #: Order in which :func:`~accel_parallel.select_strategy` asks strategies whether they
-    #: build from a configuration (highest first; two that accept one are refused).
-    priority: ClassVar[int] = 0
-    #: The kwargs handlers this strategy takes beyond Accelerate's, by kind:
-    #: ``Accelerator(kwargs_handlers=[handler])`` files an instance of one under its kind in
-    #: ``StrategyConfig.handlers``, so a strategy from another package is chosen and
-    #: configured through Accelerate's own argument (no facade code, no variable).
-    handler_kinds: ClassVar[Mapping[str, type]] = {}
 
     def __init__(self, state: PartialState, *, precision: Precision | None = None,
                  **options: Any) -> None:
@@ -136,29 +133,6 @@ class Strategy:
         self.options = options
         # whether accumulation micro-steps have anything to defer (``no_sync`` overridden)
         self._defers_sync = type(self).no_sync is not Strategy.no_sync
-
-    # -- selection by data --------------------------------------------------------------------
-    @classmethod
-    def accepts(cls, config: StrategyConfig) -> bool:
-        """Whether this strategy is the one for ``config`` (it is then built with
-        :meth:`from_config`). The base accepts nothing: it is only used when named."""
-        return False
-
-    @classmethod
-    def from_config(cls, config: StrategyConfig) -> Strategy:
-        """Build this strategy from the resolved configuration."""
-        return cls(config.state, precision=config.precision)
-
-    @classmethod
-    def configure(cls, config: StrategyConfig, options: Mapping[str, Any],
-                  source: str) -> StrategyConfig:
-        """``config`` with ``options`` given by data (a config file's ``strategy_config``,
-        ``ACCEL_STRATEGY_CONFIG``, a preset's) applied; ``source`` names them in errors. By
-        default they build the :attr:`handler_kinds` dataclass unless the code passed one of
-        that kind (the code wins); DeepSpeed overrides it (its options are plugin fields)."""
-        if not options:
-            return config
-        return apply_handler_options(cls, config, options, source)
 
     # -- topology -----------------------------------------------------------------------------
     @property
@@ -413,6 +387,3 @@ class SupportsNoSync(Protocol):
 
     def no_sync(self) -> contextlib.AbstractContextManager[None]: ...
 
-
-#: strategies and presets (:class:`~accel_parallel.strategy_options.StrategyPreset`) by name
-STRATEGIES: Registry[type[Strategy] | StrategyPreset] = Registry("accel.strategies", "strategy")

@@ -24,8 +24,8 @@ from typing import Any
 
 from accel_state import ConfigurationError, env
 
-__all__ = ["StrategyPreset", "apply_handler_options", "build_options", "env_options",
-           "merge_preset_options"]
+__all__ = ["StrategyPreset", "apply_handler_options", "apply_plugin_options", "build_options",
+           "env_options", "merge_preset_options"]
 
 #: where options read from the environment came from, for messages
 ENV_SOURCE = (f"{env.STRATEGY_CONFIG.name} (accel launch --strategy_config, a config file's "
@@ -47,6 +47,21 @@ class StrategyPreset:
     options: Mapping[str, Any] = field(default_factory=dict)
     #: one line for listings and docs
     description: str = ""
+
+    def validate_options(self, options: Mapping[str, Any], source: str,
+                         registered_as: str | None = None) -> dict[str, Any]:
+        """The user's ``options`` merged with the fixed ones and checked against the
+        strategy's option types (``accel launch`` calls it before any worker starts)."""
+        from accel_parallel.strategy_registry import STRATEGIES
+
+        name = registered_as or self.strategy
+        cls = STRATEGIES.get(self.strategy)
+        if isinstance(cls, StrategyPreset) or not hasattr(cls, "validate_options"):
+            raise ConfigurationError(
+                f"Preset {name!r} builds {self.strategy!r}, which is not a strategy class (a "
+                "preset names a registered strategy, never another preset).")
+        merged = merge_preset_options(name, self, options, source)
+        return cls.validate_options(merged, f"preset {name!r} with {source}")
 
 
 def env_options() -> dict[str, Any]:
@@ -82,14 +97,12 @@ def merge_preset_options(preset_name: str, preset: StrategyPreset,
 
 
 def build_options(cls: type, options: Mapping[str, Any], *, what: str, source: str) -> Any:
-    """``cls(**options)`` for a dataclass ``cls``; an option it has no field for is an error
-    naming the option, ``what`` takes it and its known fields."""
-    known = [f.name for f in dataclasses.fields(cls) if f.init and not f.name.startswith("_")]
-    unknown = [key for key in options if key not in known]
-    if unknown:
-        raise ConfigurationError(
-            f"{source} gives option(s) {', '.join(map(repr, unknown))}, which {what} "
-            f"({cls.__name__}) does not take; its options: {', '.join(known) or 'none'}.")
+    """``cls(**options)`` for a dataclass ``cls``, each value checked against its field's type
+    first (:func:`~accel_parallel.option_types.check_option_values`): an unknown option or a
+    value of the wrong type is an error naming it."""
+    from accel_parallel.option_types import check_option_values
+
+    options = check_option_values(cls, options, what=what, source=source)
     try:
         return cls(**options)
     except TypeError as error:
@@ -131,3 +144,20 @@ def apply_handler_options(strategy: type, config: Any, options: Mapping[str, Any
         handlers[kind] = build_options(handler, values, what=f"strategy {name!r}",
                                        source=source)
     return dataclasses.replace(config, handlers=handlers)
+
+
+def apply_plugin_options(strategy: type, config: Any, options: Mapping[str, Any],
+                         source: str) -> Any:
+    """``config`` with ``options`` built into ``strategy``'s :attr:`options_class
+    <accel_parallel.Strategy.options_class>` under its plugin kind (FSDP: a
+    ``FullyShardedDataParallelPlugin``); a plugin of that kind the code passed is kept, and a
+    warning says the options were not used."""
+    kind, target = strategy.options_plugin, strategy.options_type()
+    name = getattr(strategy, "name", strategy.__name__)
+    if config.plugins.get(kind) is not None:
+        warnings.warn(
+            f"{source} gives options for {target.__name__}, but the code passed one ({kind} "
+            "plugin): the code's is used.", UserWarning, stacklevel=4)
+        return config
+    plugin = build_options(target, options, what=f"strategy {name!r}", source=source)
+    return dataclasses.replace(config, plugins={**config.plugins, kind: plugin})

@@ -13,14 +13,25 @@ from typing import TYPE_CHECKING, Any
 from accel_state import MissingDependencyError, env
 from accel_state.imports import is_deepspeed_available
 
+from accel_parallel.choosing import Unmet
 from accel_parallel.slow_steps import Announcer, extension_dir, uncompiled_extensions
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["announce_setup", "ensure_process_group", "import_deepspeed", "require_deepspeed"]
+__all__ = ["announce_setup", "deepspeed_unmet", "ensure_process_group", "import_deepspeed",
+           "require_deepspeed"]
 
 _FEATURE = "DeepSpeed ZeRO (DeepSpeedPlugin / Accelerator(deepspeed_plugin=...))"
+
+
+def deepspeed_unmet() -> list[Unmet]:
+    """The DeepSpeed strategy's condition (its ``check``): the package is installed."""
+    if is_deepspeed_available():
+        return []
+    return [Unmet("DeepSpeed ZeRO needs the deepspeed package, which is not installed",
+                  'install it with: pip install "accel[deepspeed]"', package="deepspeed",
+                  extra="deepspeed")]
 
 
 def require_deepspeed() -> None:

@@ -27,6 +27,7 @@ from accel_parallel.deepspeed.plugin import DeepSpeedPlugin
 from accel_parallel.deepspeed.precision import cast_floating_inputs, config_precision
 from accel_parallel.deepspeed.runtime import (
     announce_setup,
+    deepspeed_unmet,
     ensure_process_group,
     import_deepspeed,
     require_deepspeed,
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
     from accel_precision import Precision
     from accel_state import MicroStep, PartialState
 
+    from accel_parallel.choosing import RunEnvironment, Unmet
     from accel_parallel.selection import StrategyConfig
 
 __all__ = ["DeepSpeedStrategy", "EngineScheduler"]
@@ -49,6 +51,9 @@ class DeepSpeedStrategy(Strategy):
 
     name = "deepspeed"
     priority = 60  # above fsdp (50): a DeepSpeed plugin is an explicit choice
+    plugin_kinds = frozenset({"deepspeed", "parallelism_config"})
+    #: options given by data are DeepSpeedPlugin fields (:meth:`configure` builds the plugin)
+    options_class = DeepSpeedPlugin
 
     def __init__(self, state: PartialState, *, precision: Precision | None = None,
                  plugins: dict[str, DeepSpeedPlugin] | None = None, **options: Any) -> None:
@@ -74,8 +79,12 @@ class DeepSpeedStrategy(Strategy):
         self._step_skipped = False
 
     @classmethod
-    def accepts(cls, config: StrategyConfig) -> bool:
+    def claims(cls, config: StrategyConfig) -> bool:
         return "deepspeed" in config.plugins
+
+    @classmethod
+    def check(cls, config: StrategyConfig, environment: RunEnvironment) -> list[Unmet]:
+        return deepspeed_unmet()
 
     @classmethod
     def from_config(cls, config: StrategyConfig) -> DeepSpeedStrategy:

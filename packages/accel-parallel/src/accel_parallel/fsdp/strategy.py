@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from accel_parallel.choosing import distributed_unmet
 from accel_parallel.fsdp.sharding import (
     CheckpointedForward,
     apply_activation_checkpointing,
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from accel_precision import Precision
     from accel_state import PartialState
 
+    from accel_parallel.choosing import RunEnvironment, Unmet
     from accel_parallel.fsdp.plugin import FullyShardedDataParallelPlugin
     from accel_parallel.mesh.parallelism_config import ParallelismConfig
     from accel_parallel.selection import StrategyConfig
@@ -42,6 +44,9 @@ class FSDP2Strategy(MeshStrategy):
 
     name = "fsdp"
     priority = 50
+    plugin_kinds = frozenset({"fsdp"})
+    #: options given by data build a FullyShardedDataParallelPlugin (when the code gave none)
+    options_plugin = "fsdp"
 
     def __init__(self, state: PartialState, *, precision: Precision | None = None,
                  plugin: FullyShardedDataParallelPlugin | None = None,
@@ -56,8 +61,18 @@ class FSDP2Strategy(MeshStrategy):
                          sharding=True, **options)
 
     @classmethod
-    def accepts(cls, config: StrategyConfig) -> bool:
+    def claims(cls, config: StrategyConfig) -> bool:
         return config.plugins.get("fsdp") is not None
+
+    @classmethod
+    def check(cls, config: StrategyConfig, environment: RunEnvironment) -> list[Unmet]:
+        return distributed_unmet("FSDP2")
+
+    @classmethod
+    def options_type(cls) -> type:
+        from accel_parallel.fsdp.plugin import FullyShardedDataParallelPlugin
+
+        return FullyShardedDataParallelPlugin
 
     @classmethod
     def from_config(cls, config: StrategyConfig) -> FSDP2Strategy:

@@ -31,7 +31,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 from accel_state import ConfigurationError, DistributedType
 
-from accel_parallel.ddp import join_ddp, sync_ddp_in_backward, wrap_ddp
+from accel_parallel.choosing import distributed_unmet
+from accel_parallel.ddp import (
+    DistributedDataParallelKwargs,
+    join_ddp,
+    sync_ddp_in_backward,
+    wrap_ddp,
+)
 from accel_parallel.fsdp.sharding import (
     adapt_precision,
     apply_activation_checkpointing,
@@ -44,6 +50,7 @@ from accel_parallel.fsdp.sharding import (
     without_gradient_sync,
 )
 from accel_parallel.mesh.device_mesh import BuiltMesh, build_mesh
+from accel_parallel.mesh.parallelism_config import ParallelismConfig
 from accel_parallel.mesh.sequence_parallel import (
     apply_sequence_parallel,
     check_sequence_parallel_runtime,
@@ -58,7 +65,6 @@ if TYPE_CHECKING:
     from accel_state import PartialState
 
     from accel_parallel.fsdp.plugin import FullyShardedDataParallelPlugin
-    from accel_parallel.mesh.parallelism_config import ParallelismConfig
     from accel_parallel.selection import StrategyConfig
 
 __all__ = ["DataParallelStep", "MeshStrategy", "ParallelismStrategy", "resolve_parallelism"]
@@ -362,6 +368,9 @@ class ParallelismStrategy(MeshStrategy):
 
     name = "nd"
     priority = 55  # below deepspeed (60): a DeepSpeed plugin with a ParallelismConfig is ZeRO
+    handler_kinds = {"ddp": DistributedDataParallelKwargs}  # for its DDP data parallelism
+    plugin_kinds = frozenset({"parallelism_config", "tp", "fsdp"})
+    options_class, options_plugin = ParallelismConfig, "parallelism_config"  # options by data
 
     def __init__(self, state: PartialState, *, precision: Precision | None = None,
                  parallelism: ParallelismConfig | None = None,
@@ -378,10 +387,14 @@ class ParallelismStrategy(MeshStrategy):
                          ddp_kwargs=ddp_kwargs, **options)
 
     @classmethod
-    def accepts(cls, config: StrategyConfig) -> bool:
+    def claims(cls, config: StrategyConfig) -> bool:
         plugins = config.plugins
         wanted = plugins.get("parallelism_config") is not None or plugins.get("tp") is not None
         return wanted and not conflicts("parallelism_config", plugins)
+
+    @classmethod
+    def check(cls, config: StrategyConfig, environment: Any) -> list[Any]:
+        return distributed_unmet("a device mesh")
 
     @classmethod
     def from_config(cls, config: StrategyConfig) -> ParallelismStrategy:
