@@ -170,7 +170,36 @@ def test_launch_config_drops_fields_an_older_torch_does_not_have():
 
 
 # -- accel's own --strategy / --strategy_config (strategy: / strategy_config: keys) ------------
-def test_a_config_files_strategy_and_options_reach_the_workers(tmp_path) -> None:
+class _Registered:
+    """A registered strategy as the launcher sees it: only its ``validate_options``."""
+
+    def __init__(self, **types: type) -> None:
+        self.types = types
+
+    def validate_options(self, options, source, registered_as=None):
+        for key, value in options.items():
+            if key not in self.types:
+                raise ConfigurationError(f"{source} gives option(s) {key!r}, which strategy "
+                                         f"{registered_as!r} does not take")
+            if not isinstance(value, self.types[key]):
+                raise ConfigurationError(f"{source} gives {key}={value!r} for strategy "
+                                         f"{registered_as!r}, but it expects "
+                                         f"{self.types[key].__name__}")
+        return dict(options)
+
+
+@pytest.fixture
+def strategies():
+    """``demo`` and ``zero2`` registered where the launcher looks strategies up."""
+    from accel_launch.strategy_check import STRATEGY_ENTRIES
+
+    STRATEGY_ENTRIES.register("demo", _Registered(level=int, tag=str))
+    STRATEGY_ENTRIES.register("zero2", _Registered(level=int))
+    yield STRATEGY_ENTRIES
+    STRATEGY_ENTRIES._clear()
+
+
+def test_a_config_files_strategy_and_options_reach_the_workers(tmp_path, strategies) -> None:
     import json
 
     config = tmp_path / "strategy.yaml"
@@ -188,7 +217,25 @@ def test_a_config_files_strategy_and_options_reach_the_workers(tmp_path) -> None
     assert "ACCEL_STRATEGY" not in plain.env and "ACCEL_STRATEGY_CONFIG" not in plain.env
 
 
-def test_strategy_options_without_a_name_or_not_a_mapping_are_refused(tmp_path, capsys) -> None:
+def test_a_wrong_name_or_option_is_refused_before_any_worker(tmp_path, strategies) -> None:
+    with pytest.raises(ConfigurationError, match=r"^--strategy 'dmeo' \(from command line\): "
+                                                 r"Unknown strategy 'dmeo'\. Did you mean "
+                                                 r"'demo'\? Available: .*demo"):
+        build_launch_plan(_args("--cpu", "--strategy", "dmeo", "t.py"), CPU_BOX, 1)
+    config = tmp_path / "typed.yaml"
+    config.write_text("strategy: demo\nstrategy_config:\n  level: high\n")
+    with pytest.raises(ConfigurationError, match=rf"^--strategy_config \(from config file "
+                                                 rf"{config}\) gives level='high' for strategy "
+                                                 r"'demo', but it expects int$"):
+        build_launch_plan(_args("--config_file", str(config), "t.py"), CPU_BOX, 1)
+    with pytest.raises(ConfigurationError, match=r"gives option\(s\) 'levle', which strategy "
+                                                 r"'demo' does not take"):
+        build_launch_plan(_args("--cpu", "--strategy", "demo", "--strategy_config",
+                                '{"levle": 1}', "t.py"), CPU_BOX, 1)
+
+
+def test_strategy_options_without_a_name_or_not_a_mapping_are_refused(tmp_path, capsys,
+                                                                       strategies) -> None:
     with pytest.raises(ConfigurationError, match=r"--strategy_config \(from command line\) "
                                                  r"gives options but no strategy is named"):
         build_launch_plan(_args("--cpu", "--strategy_config", '{"level": 3}', "t.py"),

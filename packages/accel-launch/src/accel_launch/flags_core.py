@@ -117,12 +117,14 @@ _STRATEGY = Group("strategy (accel's own)", "Not in Accelerate: name a registere
     Flag(("--strategy",), "Registered strategy or preset the workers build (ACCEL_STRATEGY) "
          "instead of choosing one from the configuration: a third-party strategy's entry-point "
          "name, or a built-in (single, ddp, fsdp, nd, pipeline, deepspeed, zero1, zero2, "
-         "zero3). An unknown name is refused in the workers, listing the registered ones.",
+         "zero3). An unknown name is refused before any worker starts, listing the "
+         "registered ones (`accel strategies` lists them with their options).",
          config=(_TOP, "strategy"), env="ACCEL_STRATEGY", metavar="NAME"),
     Flag(("--strategy_config",), "Options of --strategy as a JSON object (a mapping under "
          "strategy_config: in the config file), passed as ACCEL_STRATEGY_CONFIG: built into "
-         "the kwargs handler the strategy takes when the script passed none of that kind (the "
-         "script's handler wins); an unknown option is refused naming the known ones.",
+         "the options dataclass the strategy declares when the script passed none of that kind "
+         "(the script's wins); an unknown option or a value of the wrong type is refused "
+         "before any worker starts, naming the key, the value and the expected type.",
          "mapping", config=(_TOP, "strategy_config"), env="ACCEL_STRATEGY_CONFIG",
          metavar="JSON"),
 ))

@@ -167,12 +167,20 @@ def _check_plugin_flags(resolved: Resolved) -> None:
 
 def _check_strategy(resolved: Resolved) -> None:
     """``--strategy_config`` gives options to the strategy ``--strategy`` names: alone it has
-    no strategy to go to (the name itself is checked in the workers, against the registry)."""
+    no strategy to go to. The name and the options' types are checked against the strategy's
+    entry point here, before any worker starts (:mod:`accel_launch.strategy_check`)."""
     args, src = resolved.args, resolved.sources
     if args.strategy_config and not args.strategy:
         raise ConfigurationError(
             f"--strategy_config (from {src['strategy_config']}) gives options but no strategy "
             "is named: add --strategy NAME (or strategy: NAME in the config file).")
+    if args.strategy:
+        from accel_launch.strategy_check import check_named_strategy
+
+        check_named_strategy(args.strategy, args.strategy_config,
+                             name_source=src.get("strategy", CLI),
+                             options_source=f"--strategy_config (from "
+                                            f"{src.get('strategy_config', CLI)})")
 
 
 def _check_stall_timeout(resolved: Resolved) -> None:
