@@ -13,6 +13,7 @@ import contextlib
 from typing import Any
 
 import torch
+from accel_checkpoint.weights import save as _save_object
 from accel_parallel import NO_CONTEXT, PrepareRequest, Strategy
 from accel_state import (
     DistributedType,
@@ -23,8 +24,8 @@ from accel_state import (
 from accel_state.memory import release_memory
 from accel_state.progress import attach as _attach_progress
 
+from accel import _checkpointing as _ckpt
 from accel import _tracking
-from accel import checkpointing as _ckpt
 from accel._accelerator_state import AcceleratorState
 from accel._data import UNSET as _UNSET
 from accel._data import DataMixin, resolve_dataloader_config
@@ -37,15 +38,6 @@ from accel._precision import PrecisionMixin
 from accel._preemption import PreemptionMixin
 from accel._process import ProcessMixin
 from accel._profiling import ProfilingMixin
-from accel._resolve import (
-    collect_handlers,
-    refuse_megatron,
-    reject_unknown_arguments,
-    resolve_accumulation,
-    resolve_plugins,
-    resolve_precision,
-    resolve_strategy,
-)
 from accel._triggers import TriggerMixin
 from accel.optimizer import AcceleratedOptimizer
 from accel.scheduler import AcceleratedScheduler
@@ -78,6 +70,9 @@ class Accelerator(ProcessMixin, PrecisionMixin, DataMixin, _ckpt.CheckpointingMi
         mixed_precision: ``"no"``, ``"fp16"``, ``"bf16"`` or ``"fp8"``; must agree with
             ``accel launch --mixed_precision`` when both are given (see docs/precision.md).
             Precision API: ``accel/_precision.py``.
+        strategy: accel only (keyword): a registered strategy or preset name (``"ddp"``,
+            ``"zero3"``, a third party's) or a ``Strategy`` instance, as ``accel launch
+            --strategy`` names one; checked like every route (docs/migration.md).
     """
 
     def __init__(self, device_placement: bool = True, split_batches: Any = _UNSET,
@@ -91,8 +86,20 @@ class Accelerator(ProcessMixin, PrecisionMixin, DataMixin, _ckpt.CheckpointingMi
                  step_scheduler_with_optimizer: bool = True,
                  kwargs_handlers: list[Any] | None = None, dynamo_backend: Any = None,
                  dynamo_plugin: Any = None, deepspeed_plugins: Any = None,
-                 parallelism_config: Any = None, **kwargs: Any) -> None:
-        # Accelerate's parameters in Accelerate's order (positional calls mean the same)
+                 parallelism_config: Any = None, *, strategy: Any = None,
+                 **kwargs: Any) -> None:
+        # Accelerate's parameters in Accelerate's order (positional calls mean the same).
+        # Resolving loads the strategies and precisions: here, not at `import accel`.
+        from accel._resolve import (
+            collect_handlers,
+            refuse_megatron,
+            reject_unknown_arguments,
+            resolve_accumulation,
+            resolve_plugins,
+            resolve_precision,
+            resolve_strategy,
+        )
+
         reject_unknown_arguments(kwargs, Accelerator.__init__)  # names the closest valid one
         refuse_megatron(megatron_lm_plugin)
         # the launcher's hang watchdog (accel_state.progress): a step counter in shared
@@ -118,7 +125,8 @@ class Accelerator(ProcessMixin, PrecisionMixin, DataMixin, _ckpt.CheckpointingMi
                                   gradient_state=self.gradient_state,
                                   parallelism_config=parallelism_config,
                                   torch_tp_plugin=torch_tp_plugin)
-        self._strategy = resolve_strategy(self.state, self._precision, self._handlers, plugins)
+        self._strategy = resolve_strategy(self.state, self._precision, self._handlers, plugins,
+                                          strategy)
         # the shared view Accelerate's libraries read (accelerate.state.AcceleratorState)
         self.state = AcceleratorState._for_accelerator(self._strategy, plugins)
         self._models: list[torch.nn.Module] = []
@@ -127,7 +135,7 @@ class Accelerator(ProcessMixin, PrecisionMixin, DataMixin, _ckpt.CheckpointingMi
         self._dataloaders: list[Any] = []
         self._custom_objects: list[Any] = []
         self.step = 0
-        # checkpoints (accel/checkpointing.py): ProjectConfiguration, save/load hooks
+        # checkpoints (accel/_checkpointing.py): ProjectConfiguration, save/load hooks
         _ckpt.init_checkpointing(self, project_dir, project_config)
         # experiment tracking (accel/_tracking.py)
         _tracking.setup_tracking(self, log_with)
@@ -331,8 +339,8 @@ class Accelerator(ProcessMixin, PrecisionMixin, DataMixin, _ckpt.CheckpointingMi
         Written atomically (temporary file, then rename); ``safe_serialization=True`` writes a
         flat dict of tensors with safetensors.
         """
-        _ckpt.save(obj, f, save_on_each_node=self.project_configuration.save_on_each_node,
-                   safe_serialization=safe_serialization)
+        _save_object(obj, f, save_on_each_node=self.project_configuration.save_on_each_node,
+                     safe_serialization=safe_serialization)
 
 class _Accumulation:
     """The context of one ``accumulate()`` batch: a class rather than a generator, since it
