@@ -27,6 +27,7 @@ from accel_state import env
 from accel_state.errors import ConfigurationError, LaunchError
 
 from accel_launch.launch_plan import HostInfo, LaunchPlan, build_launch_plan, validate_launch_args
+from accel_launch.lifeline import Lifeline
 from accel_launch.watchdog import STALL_EXIT_CODE, Watchdog, quiet_torch_logs
 
 __all__ = [
@@ -42,6 +43,10 @@ __all__ = [
 ]
 
 _PROG = "accel launch"
+
+ORPHAN_GRACE = 10.0
+"""Seconds the orphan guard gives the workers of a launcher killed outright between its
+SIGTERM and SIGKILL (a worker that handles SIGTERM may save a last checkpoint meanwhile)."""
 
 
 def find_free_port() -> int:
@@ -181,7 +186,8 @@ def run_plan(plan: LaunchPlan, *, quiet: bool = False, debug: bool = False) -> i
     dog = _watchdog(plan, folder)
     extra = {env.WATCHDOG_DIR.name: folder} if folder else {}
     try:
-        with env.patch_environment(**plan.env, **extra), dog:
+        with Lifeline(ORPHAN_GRACE) as lifeline, \
+                env.patch_environment(**plan.env, **extra, **lifeline.env), dog:
             elastic_launch(config, plan.entrypoint)(*plan.args)
     except ChildFailedError as exc:
         root, failure = exc.get_first_failure()
@@ -196,6 +202,9 @@ def run_plan(plan: LaunchPlan, *, quiet: bool = False, debug: bool = False) -> i
         print(f"{_PROG}: stopped by signal {exc.sigval.name}; the workers were stopped.",
               file=sys.stderr)
         return 128 + int(exc.sigval)
+    except KeyboardInterrupt:  # SIGINT before the workers started (torch's handler not set)
+        print(f"{_PROG}: stopped by signal SIGINT before the workers started.", file=sys.stderr)
+        return 128 + int(signal.SIGINT)
     except (RendezvousError, DistError) as exc:
         if debug:
             raise

@@ -4,8 +4,12 @@
 (step, rank), so any layout of the same world size trains the same weights; rank 0 writes
 them (float.hex) with the world size and each rank's machine to OUT/final.json.
 
+``hold OUT`` and ``uneven OUT`` use torch.distributed alone (no Accelerator).
 ``hold OUT``: every rank writes OUT/rank-N.pid (its pid, its machine), then all-reduces
 once a second until killed or for 120 s: a job that is running when the test interferes.
+
+``uneven OUT``: after one barrier rank 0 returns at once and the others sleep 120 s, so
+rank 0's launcher waits in torch's exit barrier.
 """
 
 from __future__ import annotations
@@ -44,8 +48,9 @@ def train(out: Path, accelerator: Accelerator) -> None:
                         for k, t in weights.items()}}))
 
 
-def hold(out: Path, accelerator: Accelerator) -> None:
-    rank = accelerator.process_index
+def hold(out: Path) -> None:
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
     (out / f"rank-{rank}.pid").write_text(f"{os.getpid()} {os.environ.get('GROUP_RANK')}")
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -53,7 +58,15 @@ def hold(out: Path, accelerator: Accelerator) -> None:
         time.sleep(1)
 
 
+def uneven(out: Path) -> None:
+    dist.init_process_group("gloo")
+    dist.barrier()
+    (out / f"rank-{dist.get_rank()}.pid").write_text(str(os.getpid()))
+    if dist.get_rank() != 0:
+        time.sleep(120)
+
+
 if __name__ == "__main__":
     mode, folder = sys.argv[1], Path(sys.argv[2])
     folder.mkdir(parents=True, exist_ok=True)
-    {"train": train, "hold": hold}[mode](folder, Accelerator(cpu=True))
+    {"train": train, "hold": hold, "uneven": uneven}[mode](folder)

@@ -83,6 +83,10 @@ WATCHDOG_DIR = _var(
     "step counter (rank-N.progress, bumped in memory by Accelerator.backward) and where it "
     "writes its Python stack on SIGUSR1 (rank-N.stack). Set by the launcher for the workers; "
     "a process without it reports nothing.")
+LAUNCH_ID = _var(
+    "ACCEL_LAUNCH_ID", "Token of one `accel launch` run, set in every worker it starts (and "
+    "inherited by their children): if the launcher dies without stopping them (SIGKILL), "
+    "its guard process ends every process that carries the token.")
 
 # --- the debug / notebook launchers -------------------------------------------------------
 DEBUG_RDV_FILE = _var("ACCEL_DEBUG_RDV_FILE", "File of the FileStore rendezvous of "

@@ -1,0 +1,64 @@
+"""No worker outlives its launcher: stop signals and SIGKILL, on one machine and on two."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.multiprocess
+
+SCRIPT = str(Path(__file__).parent / "scripts" / "machines_train.py")
+
+
+def _wait_for(path_glob: tuple[Path, str], count: int, launched, timeout: float = 120) -> None:
+    folder, pattern = path_glob
+    deadline = time.monotonic() + timeout
+    while len(list(folder.glob(pattern))) < count:
+        for one in launched:
+            if one.popen.poll() is not None:
+                one.finish(5)
+                pytest.fail("a launcher ended before its workers were ready\n" + one.explain())
+        assert time.monotonic() < deadline, "the workers did not start in time"
+        time.sleep(0.2)
+
+
+def _namespace_empties(machines, machine: int, within: float) -> float:
+    """Seconds until no process is left in that namespace (fails after ``within``)."""
+    start = time.monotonic()
+    while machines.pids(machine):
+        assert time.monotonic() - start < within, (
+            f"processes still alive in machine {machine} after {within} s: "
+            f"{machines.pids(machine)}")
+        time.sleep(0.2)
+    return time.monotonic() - start
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+def test_a_stopped_launcher_leaves_no_worker(machines, tmp_path: Path, sig) -> None:
+    launched = machines.launch(0, "--cpu", "--num_processes", "2", "--main_process_port",
+                               str(machines.new_port()), SCRIPT, "hold", str(tmp_path))
+    _wait_for((tmp_path, "rank-*.pid"), 2, [launched])
+    launched.popen.send_signal(sig)
+    took = _namespace_empties(machines, 0, within=15)
+    launched.finish(15)
+    expected = -signal.SIGKILL if sig == signal.SIGKILL else 128 + sig
+    assert launched.returncode == expected, launched.explain()
+    print(f"{sig.name}: every process gone after {took:.1f} s")
+
+
+def test_a_launcher_blocked_in_the_exit_barrier_obeys_sigterm(
+        machines, two_machine_flags, tmp_path: Path) -> None:
+    pair = machines.pair([[*flags, SCRIPT, "uneven", str(tmp_path)]
+                          for flags in two_machine_flags])
+    _wait_for((tmp_path, "rank-*.pid"), 2, pair)
+    time.sleep(3)  # rank 0 has returned: its launcher waits for machine 1 in the barrier
+    sent = time.monotonic()
+    pair[0].popen.send_signal(signal.SIGTERM)
+    pair[0].finish(30)
+    took = pair[0].ended - sent
+    assert pair[0].returncode == 128 + signal.SIGTERM, pair[0].explain()
+    assert took < 10, f"machine 0 took {took:.1f} s to obey SIGTERM\n" + pair[0].explain()
+    print(f"exit barrier: SIGTERM obeyed in {took:.1f} s")
