@@ -173,12 +173,29 @@ def resolve_plugins(fsdp_plugin: Any = None, *, dynamo_backend: Any = None,
 
 
 def resolve_strategy(state: PartialState, precision: Precision, handlers: Handlers,
-                     plugins: dict[str, Any] | None = None) -> Strategy:
+                     plugins: dict[str, Any] | None = None, strategy: Any = None) -> Strategy:
     """The strategy for this configuration, chosen by accel-parallel's registry (each
-    strategy says from which configuration it builds itself; ``ACCEL_STRATEGY`` names one).
-    The precision is handed over: the strategy decides how it applies."""
+    strategy says which configuration it claims; ``ACCEL_STRATEGY`` names one, and so does
+    ``Accelerator(strategy=...)``: a registered name or a ready ``Strategy``). The precision
+    is handed over: the strategy decides how it applies."""
+    plugins = dict(plugins or {})
+    requested = None
+    if isinstance(strategy, Strategy):
+        if plugins.get("strategy") is not None:
+            raise ConfigurationError(
+                f"Accelerator(strategy={type(strategy).__name__}(...)) and a ready strategy "
+                "given as a plugin argument: pass the strategy once, as strategy=.")
+        plugins["strategy"] = strategy
+    elif isinstance(strategy, str):
+        requested = strategy
+    elif strategy is not None:
+        raise ConfigurationError(
+            f"Accelerator(strategy={strategy!r}) takes a registered strategy name (a str: "
+            "'ddp', 'fsdp', 'zero3', ...) or a Strategy instance, not a "
+            f"{type(strategy).__name__}.")
     config = StrategyConfig(state=state, precision=precision, handlers=handlers.by_kind(),
-                            plugins=plugins or {})
+                            plugins=plugins, requested=requested,
+                            requested_by="Accelerator(strategy=...)")
     return select_strategy(config)
 
 
