@@ -15,11 +15,12 @@ import operator
 import sys
 from collections.abc import Callable
 from types import ModuleType
-from typing import Any, TypeVar
-
-from packaging.version import Version
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from accel_state.errors import ConfigurationError, MissingDependencyError
+
+if TYPE_CHECKING:  # packaging is imported at the first comparison, not with every accel import
+    from packaging.version import Version
 
 __all__ = ["is_package_available", "package_version", "require", "compare_versions",
            "is_torch_version", "is_cuda_available", "is_mps_available", "is_xpu_available",
@@ -89,11 +90,14 @@ def compare_versions(library_or_version: str | Version, operation: str,
         if found is None:
             raise MissingDependencyError(version)
         version = found
+    from packaging.version import Version
+
     return _OPERATORS[operation](Version(str(version)), Version(requirement_version))
 
 
 def is_torch_version(operation: str, version: str) -> bool:
     import torch
+    from packaging.version import Version
 
     return compare_versions(Version(torch.__version__).base_version, operation, version)
 
