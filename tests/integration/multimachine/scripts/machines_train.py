@@ -22,11 +22,13 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from accel import Accelerator
 from torch import nn
 
 
-def train(out: Path, accelerator: Accelerator) -> None:
+def train(out: Path) -> None:
+    from accel import Accelerator
+
+    accelerator = Accelerator(cpu=True)
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 1))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
