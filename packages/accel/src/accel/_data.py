@@ -12,11 +12,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
-from accel_data import DataLoaderConfiguration
-from accel_data import gather_for_metrics as _gather_for_metrics
-from accel_data import prepare_data_loader as _prepare
-from accel_data import skip_first_batches as _skip_first_batches
+from accel_data.config import DataLoaderConfiguration
 from accel_state.errors import ConfigurationError
+
+# accel_data's loaders, samplers and dispatcher are imported by the methods that use them
+# (prepare, gather_for_metrics, skip_first_batches), not at `from accel import Accelerator`
 
 __all__ = ["DataMixin", "UNSET", "resolve_dataloader_config"]
 
@@ -96,6 +96,8 @@ class DataMixin:
                       slice_fn_for_dispatch: Any = None) -> Any:
         """``accel_data.prepare_data_loader`` over the strategy's data-parallel replicas
         (all processes for DDP; fewer when other dimensions, such as TP, share batches)."""
+        from accel_data.prepare import prepare_data_loader as _prepare
+
         strategy = self._strategy  # type: ignore[attr-defined]
         return _prepare(data_loader, device=self.device,  # type: ignore[attr-defined]
                         num_processes=strategy.dp_size, process_index=strategy.dp_rank,
@@ -111,6 +113,8 @@ class DataMixin:
         gathered rows are exactly the dataset's, in order. See docs/data.md for
         ``even_batches=False``.
         """
+        from accel_data.metrics import gather_for_metrics as _gather_for_metrics
+
         return _gather_for_metrics(input_data, use_gather_object=use_gather_object,
                                    group=self._strategy.dp_group)  # type: ignore[attr-defined]
 
@@ -119,6 +123,8 @@ class DataMixin:
 
         Only that epoch is shortened; map-style loaders skip without reading the samples.
         """
+        from accel_data.skip import skip_first_batches as _skip_first_batches
+
         return _skip_first_batches(dataloader, num_batches)
 
     @contextlib.contextmanager
