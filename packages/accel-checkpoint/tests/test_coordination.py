@@ -111,3 +111,31 @@ def test_a_lagging_rank_does_not_skip_the_writers_next_save(peers, tmp_path, mon
     thread, result = started["save"]
     thread.join(10)
     assert "error" not in result and not round_.solo
+
+
+@pytest.mark.parametrize("rank_1_first", [True, False])
+def test_ranks_saving_paths_of_their_own_each_save_alone_at_once(peers, tmp_path,
+                                                                  rank_1_first):
+    # each rank saves into a folder of its own (Accelerate's per-process temporary folders):
+    # whoever enters first, neither waits for a save the other never starts
+    writer, other = peers
+    mine, theirs = SaveRound(tmp_path / "a", writer), SaveRound(tmp_path / "b", other)
+    start = time.monotonic()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        first, second = (theirs, mine) if rank_1_first else (mine, theirs)
+        threads = [_in_thread(first.begin)]
+        time.sleep(0.05)
+        threads.append(_in_thread(second.begin))
+        for thread, _ in threads:
+            thread.join(10)
+    assert time.monotonic() - start < 10  # not the 30 s peer timeout
+    results = dict(zip((first, second), (r for _, r in threads), strict=True))
+    assert results[mine]["value"] is not None and mine.solo and not mine.own
+    assert results[theirs]["value"].parent == tmp_path and theirs.own and theirs.solo
+    assert theirs.peers.is_writer and theirs.peers.store is None  # a one-process save
+    texts = [str(w.message) for w in caught]
+    assert any("Rank 1 saves" in t and "on its own: rank 0 was saving another path" in t
+               for t in texts), texts
+    assert not any("alone" in t for t in texts), texts  # the writer's save is not "alone"
+    mine.finish()

@@ -16,6 +16,12 @@ rank 0's pending save and waits for that save to be committed, so a main-only sa
 (``if is_main_process: save_state(...)`` then ``load_state(...)`` everywhere) costs what
 an all-ranks save costs instead of the peer timeout, and the load never races the save.
 
+A rank that saves *another path* than its writer at the same time (each rank into a
+folder of its own, as a test with a per-process temporary folder does) is released by the
+writer when the writer sees it waiting: it then saves its path alone, as a one-process
+save (every object, its own RNG state), instead of waiting for a save of that path the
+writer never starts.
+
 With ``save_on_each_node`` (machines without a shared file system) each machine's local
 rank 0 plays rank 0's part for the ranks of its machine: every machine gets a complete
 checkpoint on its own disk, holding the RNG states of its own ranks. (On a shared file
@@ -101,8 +107,11 @@ class SaveRound:
     def __init__(self, final: Path, peers: Peers) -> None:
         self.final, self.peers = final, peers
         self.solo = peers.store is None
+        #: released by the writer to save this path alone (it was saving another one)
+        self.own = False
         self._prefix = ""
         self._absent: list[int] = []
+        self._released: list[int] = []  # absent: released to save their own paths
         if peers.store is not None:  # one round per writer: per machine with save_on_each_node
             base = f"accel_checkpoint/{final.resolve()}/{peers.writer}"
             generation = peers.store.add(f"{base}/generation/{peers.rank}", 1)
@@ -122,6 +131,7 @@ class SaveRound:
             staging = new_staging_dir(self.final)
             if store is not None:
                 store.set(_pending_key(peers.writer), self._prefix)
+                self._release_elsewhere()
                 arrived = False
                 if self._nobody_expected():
                     self.solo = True
@@ -129,7 +139,8 @@ class SaveRound:
                 else:
                     arrived = self._peers_arrived()
                     self.solo = not arrived or (bool(self._absent) and not self._others())
-                    if self.solo:
+                    only_released = arrived and set(self._absent) == set(self._released)
+                    if self.solo and not only_released:
                         self._warn_solo(arrived)
                 if arrived:  # (a rank saying it skips this save at a sync point cost nothing)
                     _UNJOINED.pop(peers.writer, None)
@@ -138,6 +149,8 @@ class SaveRound:
                 store.set(self._key("staging"), "" if self.solo else str(staging))
             return staging
         store.set(self._key("arrived", peers.rank), "1")
+        if self._wait_for_writer():
+            return self._save_alone()
         staging = store.get(self._key("staging")).decode()
         failed = store.get(self._key("done")).decode() if not staging and store.check(
             [self._key("done")]) else "ok"
@@ -150,6 +163,54 @@ class SaveRound:
                           stacklevel=3)
             return None
         return Path(staging)
+
+    def _wait_for_writer(self) -> bool:
+        """Non-writer: wait (announced as waiting for this path) until the writer starts this
+        save (False) or releases this rank to save alone (True)."""
+        store, peers = self.peers.store, self.peers
+        waiting = _waiting_key(peers.writer, peers.rank)
+        store.set(waiting, self._prefix)
+        keys = [self._key("staging")], [self._key("own")]
+        timeout = getattr(store, "timeout", None) or timedelta(minutes=30)
+        deadline = time.monotonic() + timeout.total_seconds()
+        pause = _SYNC_POLL_FIRST
+        try:
+            while not store.check(keys[0]):
+                if store.check(keys[1]):
+                    return True
+                if time.monotonic() > deadline:
+                    raise CheckpointError(
+                        f"Rank {peers.rank} waited {timeout} for rank {peers.writer} to save "
+                        f"{self.final} too: call save_state with the same path on every "
+                        "process (or on the main process only).")
+                time.sleep(pause)
+                pause = min(pause * 2, _SYNC_POLL_MAX)
+            return False
+        finally:
+            store.set(waiting, "")
+
+    def _save_alone(self) -> Path:
+        """This rank writes and commits the whole checkpoint at its path, as one process."""
+        peers = self.peers
+        warnings.warn(
+            f"Rank {peers.rank} saves {self.final} on its own: rank {peers.writer} was saving "
+            "another path meanwhile (each process saving into a folder of its own). It holds "
+            "this rank's copy of every object and its RNG state only.", stacklevel=4)
+        self.peers = Peers(peers.rank, peers.world_size, None, writer=peers.rank)
+        self.solo = self.own = True
+        return new_staging_dir(self.final)
+
+    def _release_elsewhere(self) -> None:
+        """Writer: the ranks waiting for a save of another path than this one are told to
+        save it alone, and count as absent from this save."""
+        store, base = self.peers.store, self._prefix.rsplit("/", 1)[0] + "/"
+        for rank in self._others():
+            key = _waiting_key(self.peers.writer, rank)
+            other = store.get(key).decode() if store.check([key]) else ""
+            if other and not other.startswith(base):
+                store.set(f"{other}/own", "1")
+                self._absent.append(rank)
+                self._released.append(rank)
 
     def _warn_solo(self, arrived: bool) -> None:
         peers = self.peers
@@ -186,16 +247,21 @@ class SaveRound:
     def _peers_arrived(self) -> bool:
         """Wait until every other rank has entered this save or said it will not (it
         reached a sync point instead; :attr:`_absent` then lists it); False on timeout."""
-        others = self._others()
-        keys = [self._key("arrived", r) for r in others]
-        if not keys:
-            return True
-        try:
-            self.peers.store.wait(keys, timedelta(seconds=self.peer_timeout()))
-        except RuntimeError:  # DistStoreError: timed out
-            return False
-        self._absent = [r for r, key in zip(others, keys, strict=True)
-                        if self.peers.store.get(key) == _ABSENT]
+        store = self.peers.store
+        deadline = time.monotonic() + self.peer_timeout()
+        pause = _SYNC_POLL_FIRST
+        while True:  # polled: a rank waiting for another path's save is released meanwhile
+            others = self._others()
+            keys = [self._key("arrived", r) for r in others]
+            if not keys or store.check(keys):
+                break
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(pause)
+            pause = min(pause * 2, _SYNC_POLL_MAX)
+            self._release_elsewhere()
+        self._absent += [r for r, key in zip(others, keys, strict=True)
+                         if store.get(key) == _ABSENT]
         return True
 
     def everyone_arrived(self) -> bool:
@@ -231,7 +297,7 @@ class SaveRound:
         keys = [self._key("files", r) for r in others]
         store.wait(keys)
         results = []
-        for rank, key in zip(others, keys):
+        for rank, key in zip(others, keys, strict=True):
             payload = json.loads(store.get(key))
             if "error" in payload:
                 raise CheckpointError(f"Rank {rank} failed to write its part of {self.final}: "
@@ -255,6 +321,12 @@ class SaveRound:
         if outcome != "ok":
             raise CheckpointError(f"Rank {self.peers.writer} failed to commit {self.final}: "
                                   f"{outcome}")
+
+
+def _waiting_key(writer: int, rank: int) -> str:
+    """Where a non-writer rank publishes the key prefix of the save it waits for ("" once
+    it stops waiting)."""
+    return f"accel_checkpoint/waiting/{writer}/{rank}"
 
 
 def _pending_key(writer: int) -> str:

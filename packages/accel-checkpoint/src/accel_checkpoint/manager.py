@@ -146,6 +146,7 @@ def save_checkpoint(path: str | os.PathLike[str], objects: Mapping[str, Any] | N
         staging = round_.begin()
         if staging is None:
             return None
+        peers = round_.peers  # a rank released to save its path alone is that save's writer
         if prepare_dir is not None:
             prepare_dir(staging)
         parts = snapshot(dict(objects or {}), data, rng, peers, copy=async_save,

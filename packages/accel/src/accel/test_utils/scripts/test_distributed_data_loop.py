@@ -41,7 +41,6 @@ from torch.utils.data import (
 )
 
 from accel.accelerator import Accelerator, DataLoaderConfiguration
-from accel.utils import broadcast_object_list
 from accel.utils.dataclasses import DistributedType
 
 NUM_ELEMENTS = 22
@@ -241,10 +240,8 @@ def _stateful_resume(accelerator: Accelerator, iterable: bool, through_save_stat
     """Record the batches after step 2, rewind to the state at step 2, compare."""
     old_config = accelerator.dataloader_config
     try:
-        with tempfile.TemporaryDirectory() as own_folder:
-            # one folder for all ranks: accel's save_state is collective over its folder (a
-            # folder per rank, as Accelerate's script makes, saves rank 0's alone after 60 s)
-            folder = broadcast_object_list([own_folder])[0]
+        with tempfile.TemporaryDirectory() as folder:
+            # a folder per rank, as Accelerate's script makes: each rank saves its own
             accelerator.dataloader_config = DataLoaderConfiguration(use_stateful_dataloader=True)
             loader = create_dataloader(accelerator, dataset_size=32 * accelerator.num_processes,
                                        batch_size=4, iterable=iterable, shuffle=True)
@@ -267,8 +264,8 @@ def _stateful_resume(accelerator: Accelerator, iterable: bool, through_save_stat
                     f"{'save_state' if through_save_state else 'state_dict'}")
             assert len(resumed) == len(expected), (
                 f"{what}: {len(resumed)} batches, expected {len(expected)}")
-            for want, got in zip(expected, resumed):
-                for a, b in zip(want, got):
+            for want, got in zip(expected, resumed, strict=True):
+                for a, b in zip(want, got, strict=True):
                     assert torch.equal(a, b), f"{what}: batch {got}, expected {want}"
     finally:
         accelerator.dataloader_config = old_config
