@@ -77,6 +77,10 @@ def _section(prog: str, summary: str, parser: argparse.ArgumentParser, level: in
                       f"[the launch reference]({_ELSEWHERE[verb]}).", ""]
     if parser.description and parser.description != summary:
         out += [_cell(parser.description), ""]
+    shared = getattr(parser, "accel_flags_elsewhere", None)  # a verb taking launch's flags
+    if shared is not None:
+        return out + ["```text", f"{prog} [accel launch flags]", "```", "",
+                      f"Its flags are `accel launch`'s: [the launch reference]({shared}).", ""]
     out += ["```text", _synopsis(prog, parser), "```", ""]
     rows = []
     subparsers: list[argparse._SubParsersAction] = []

@@ -61,6 +61,8 @@ def _hints(cls: type) -> dict[str, Any]:
 def describe_type(annotation: Any) -> str:
     """An annotation in words, as messages and listings show it."""
     origin = typing.get_origin(annotation)
+    if annotation is Any:
+        return "any value"
     if annotation is None or annotation is type(None):
         return "null"
     if origin is typing.Literal:
