@@ -26,6 +26,12 @@ fi
 echo "== accumulate(4), 2 processes, MLP w1024 b64"
 row accel launch --cpu --num_processes 2 bench_step.py --accumulate 4 --width 1024 --aa \
     --batch-size 64 --repeats 11
+echo "== gather / gather_for_metrics, 2 processes (floor: dist.all_gather + torch.cat)"
+row accel launch --cpu --num_processes 2 bench_gather.py
+echo "== pipeline-parallel step, 2 processes: 1F1B, GPipe, interleaved 1F1B"
+for schedule in 1f1b gpipe interleaved_1f1b; do
+    row accel launch --cpu --num_processes 2 bench_pp.py --schedule "$schedule" --repeats 11
+done
 echo "== save_model 1 GB in shards: disk (fsync), then tmpfs"
 row python bench_save_model.py --size-mb 1024
 [ -d /dev/shm ] && row python bench_save_model.py --size-mb 1024 --dir /dev/shm
