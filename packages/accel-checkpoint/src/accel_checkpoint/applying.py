@@ -19,7 +19,8 @@ checked in advance loads first, each object kept just before it changes
 objects, then the RNG states, the optimizers (kept without a copy), the models that load
 some keys their own way (kept as a CPU copy). If any raises, everything loaded before it
 is put back and the error goes on. The models checked in full load last, unkept: a model
-whose every key loads torch's default way and passed the checks cannot fail to load.
+whose every key loads torch's default way and passed the checks cannot fail to load (in a
+load the ranks agree on, they agree before these: ``rollback.settle_agreement``).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import torch
 from torch import nn
 
 from accel_checkpoint.errors import CheckpointError
-from accel_checkpoint.rollback import all_or_nothing, module_of
+from accel_checkpoint.rollback import all_or_nothing, module_of, settle_agreement
 
 __all__ = ["state_problem", "refuse_misfits", "apply_states", "copies_into_place",
            "loads_certainly"]
@@ -191,5 +192,7 @@ def apply_states(path: str | os.PathLike[str], pairs: Sequence[tuple[str, Any, A
         for obj, state in optimizers + uncertain:
             rollback.keep(obj)
             obj.load_state_dict(state)
+        if certain:  # the ranks agree first: another rank's failure could not undo these
+            settle_agreement()
         for obj, state in certain:  # checked in full: they cannot fail, so they go last
             obj.load_state_dict(state)

@@ -161,12 +161,10 @@ class ReplicatedLayout(CheckpointLayout):
         from accel_checkpoint.rank_writers import dist_info
         from accel_checkpoint.rollback import agree_on
 
-        loaded: list[LoadedCheckpoint] = []
         # a collective: no rank keeps a load another rank failed (each puts back its own)
-        agree_on(path, dist_info()[2], lambda: loaded.append(load_checkpoint(
+        return agree_on(path, dist_info()[2], lambda: load_checkpoint(
             path, objects, rng=rng, strict=strict, verify=verify, prepare=prepare,
-            manifest=manifest)))
-        return loaded[0]
+            manifest=manifest))
 
 
 def split_objects(objects: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -39,7 +39,8 @@ import torch
 from accel_state.random import capture_rng_state, restore_rng_state
 from torch import nn
 
-__all__ = ["Rollback", "all_or_nothing", "current_rollback", "agree_on", "module_of"]
+__all__ = ["Rollback", "all_or_nothing", "current_rollback", "agree_on", "settle_agreement",
+           "module_of"]
 
 _CURRENT: contextvars.ContextVar[Rollback | None] = contextvars.ContextVar(
     "accel_checkpoint_rollback", default=None)
@@ -249,23 +250,59 @@ def all_or_nothing() -> Iterator[Rollback]:
         _CURRENT.reset(token)
 
 
-def agree_on(path: str | os.PathLike[str], on: bool, step: Callable[[], Any]) -> None:
-    """Run ``step`` (a part of a load) on every rank and raise on every rank if it failed on
-    any: this rank's own error, or one naming the rank that failed. Inside
-    :func:`all_or_nothing`, each rank then puts back what it had changed; a rank that
-    failed never leaves the others waiting in a later collective."""
-    from accel_checkpoint.errors import CheckpointError
-    from accel_checkpoint.rank_writers import gather
+class _Agreement:
+    """The ranks' one exchange of how a part of a load went (each rank gathers once)."""
 
-    error: Exception | None = None
+    def __init__(self, path: str | os.PathLike[str], on: bool) -> None:
+        self.path, self.on, self.done = path, on, False
+
+    def settle(self, error: BaseException | None) -> None:
+        """Tell every rank this rank's outcome; raise this rank's error, or one naming the
+        first rank that failed."""
+        from accel_checkpoint.errors import CheckpointError
+        from accel_checkpoint.rank_writers import gather
+
+        self.done = True
+        found = gather(None if error is None else f"{type(error).__name__}: {error}", self.on)
+        if error is not None:
+            raise error
+        failed = next(((rank, what) for rank, what in enumerate(found) if what), None)
+        if failed is not None:
+            raise CheckpointError(f"Rank {failed[0]} could not load {self.path} ({failed[1]}), "
+                                  "so no rank keeps any of it.")
+
+
+_AGREEMENT: contextvars.ContextVar[_Agreement | None] = contextvars.ContextVar(
+    "accel_checkpoint_agreement", default=None)
+
+
+def agree_on(path: str | os.PathLike[str], on: bool, step: Callable[[], Any]) -> Any:
+    """Run ``step`` (a part of a load) on every rank and return what it returns; raise on
+    every rank if it failed on any: this rank's own error, or one naming the rank that
+    failed. Inside :func:`all_or_nothing` each rank then puts back what it had changed. The
+    ranks exchange their outcome once: at the end, or earlier where ``step`` calls
+    :func:`settle_agreement` (before writes that cannot fail and are not kept), and a rank
+    that failed never leaves the others waiting in a later collective."""
+    agreement = _Agreement(path, on)
+    token = _AGREEMENT.set(agreement)
     try:
-        step()
-    except Exception as exc:  # every rank is told before anyone raises
-        error = exc
-    found = gather(None if error is None else f"{type(error).__name__}: {error}", on)
-    if error is not None:
-        raise error
-    failed = next(((rank, what) for rank, what in enumerate(found) if what), None)
-    if failed is not None:
-        raise CheckpointError(f"Rank {failed[0]} could not load {path} ({failed[1]}), so no "
-                              "rank keeps any of it.")
+        try:
+            result = step()
+        except Exception as exc:  # every rank is told before anyone raises
+            if agreement.done:
+                raise
+            agreement.settle(exc)
+        if not agreement.done:
+            agreement.settle(None)
+        return result
+    finally:
+        _AGREEMENT.reset(token)
+
+
+def settle_agreement() -> None:
+    """Inside :func:`agree_on`: exchange the outcome now (this rank succeeded so far), before
+    writes that cannot fail and are not kept — a later failure on another rank could not
+    be put back after them. Raises if any rank failed; outside one, does nothing."""
+    agreement = _AGREEMENT.get()
+    if agreement is not None and not agreement.done:
+        agreement.settle(None)

@@ -81,10 +81,10 @@ def load_accelerate_checkpoint(accelerator: Any, path: Path, strict: bool = True
     scaler = scaler_of(accelerator)
     if scaler is not None and checkpoint.scaler is not None:
         pairs.append(("scaler", scaler, checkpoint.scaler))
-    apply_states(path, pairs)  # checked first: a refused load changes nothing
-    if checkpoint.rng is not None:
-        restore_accelerate_rng(checkpoint.rng)
-    else:
+    # checked first (a refused load changes nothing); a failure part-way puts back what it
+    # had changed, the RNG states included (the caller's all_or_nothing)
+    apply_states(path, pairs, checkpoint.rng, restore_accelerate_rng)
+    if checkpoint.rng is None:
         warnings.warn(f"{path} holds no RNG state for rank {accelerator.process_index}; this "
                       "rank's random draws will differ from the original run.", stacklevel=3)
     accelerator.step = checkpoint.step

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from accel_checkpoint.rollback import current_rollback
 from torch.utils.hooks import RemovableHandle
 
 __all__ = ["register_save_state_pre_hook", "register_load_state_pre_hook", "hook_models",
@@ -48,12 +49,20 @@ def run_load_hooks(accelerator: Any, layout: Any, path: Path) -> list[torch.nn.M
     The hooks get the models the layout would load from full state dicts (all of them for
     the replicated layout, none where a writer loads them itself), as Accelerate hands
     them over; a model a hook popped from that list it has loaded itself, so it is left
-    out (a model never offered is always loaded)."""
+    out (a model never offered is always loaded). Inside a load that puts back what it
+    changed when it fails (``accel_checkpoint.rollback``), the offered models are kept
+    first (a CPU copy of their weights: a hook loads them its own way)."""
     models = list(accelerator._models)
     tracked = hook_models(accelerator)
     handed = layout.load_hook_models(tracked)
     offered = {id(t) for t in handed}
-    for hook in accelerator._load_model_state_pre_hook.values():
+    hooks = list(accelerator._load_model_state_pre_hook.values())
+    rollback = current_rollback()
+    if hooks and rollback is not None:  # a hook may load them: kept, for a later failure
+        for model, handed_model in zip(models, tracked, strict=True):
+            if id(handed_model) in offered:
+                rollback.keep(accelerator.unwrap_model(model, keep_torch_compile=False))
+    for hook in hooks:
         hook(handed, str(path))
     kept = {id(t) for t in handed}
     return [m for m, t in zip(models, tracked, strict=True)

@@ -26,7 +26,7 @@ from accel_state.protocols import Stateful
 
 __all__ = ["indexed", "shared_objects", "ModelSlot", "EpochStart", "LegacyPosition",
            "saved_dataloaders", "scaler_of", "save_accelerator_state", "load_accelerator_state",
-           "save_custom_state", "load_custom_state"]
+           "save_custom_state", "load_custom_state", "weights_module"]
 
 
 def indexed(base: str, i: int) -> str:
@@ -126,6 +126,7 @@ class EpochStart:
 
     def __init__(self, loader: Any) -> None:
         self.loader = loader
+        self.loads_into = loader  # what a failed load puts back (accel_checkpoint.rollback)
 
     def state_dict(self) -> Any:
         return self.loader.state_dict()
@@ -143,6 +144,7 @@ class LegacyPosition:
     def __init__(self, loader: Any, name: str, path: str | os.PathLike[str],
                  saved_world: int | None, world: int | None) -> None:
         self.loader, self.name, self.path = loader, name, path
+        self.loads_into = loader  # what a failed load puts back (accel_checkpoint.rollback)
         self.saved_world, self.world = saved_world, world
 
     def state_dict(self) -> Any:
@@ -167,7 +169,8 @@ class LegacyPosition:
 
 def save_custom_state(obj: Any, path: str | os.PathLike[str], index: int = 0,
                       save_on_each_node: bool = False) -> None:
-    """Write ``obj.state_dict()`` as ``custom_checkpoint_{index}.{safetensors,json}`` in ``path``."""
+    """Write ``obj.state_dict()`` as ``custom_checkpoint_{index}.{safetensors,json}`` in
+    ``path``."""
     state = PartialState()
     if not (state.is_local_main_process if save_on_each_node else state.is_main_process):
         return
@@ -188,6 +191,14 @@ def load_custom_state(obj: Any, path: str | os.PathLike[str], index: int = 0) ->
                                   records.get(f"{base.name}.safetensors"))
     skeleton = read_json(inside(path, f"{base.name}.json", path), records.get(f"{base.name}.json"))
     obj.load_state_dict(unflatten_state(skeleton, tensors))
+
+
+def weights_module(accelerator: Any, model: torch.nn.Module) -> torch.nn.Module:
+    """The module whose state dict checkpoints hold: the user's, without the strategy's
+    wrappers nor torch.compile's (whose names carry an ``_orig_mod.`` prefix), so a
+    checkpoint loads the same with or without compilation."""
+    return accelerator.unwrap_model(model, keep_torch_compile=False)
+
 
 
 def scaler_of(accelerator: Any) -> Any:
