@@ -10,6 +10,7 @@ import torch
 from accel_precision import (
     PRECISIONS,
     AORecipeKwargs,
+    AutocastKwargs,
     BF16Precision,
     FP8RecipeKwargs,
     FP16Precision,
@@ -123,6 +124,13 @@ def test_handlers_reach_the_precision_and_unused_ones_warn():
         build_precision("bf16", "cpu", scaler=GradScalerKwargs())
     with pytest.warns(UserWarning, match="AORecipeKwargs is ignored"):
         build_precision("no", "cpu", ao_recipe=AORecipeKwargs())
+    # Accelerate ignores an AutocastKwargs without a word when no mixed precision runs
+    with pytest.warns(UserWarning, match=r"AutocastKwargs is ignored: mixed_precision='no' does "
+                                         r"not use it \(it applies to a mixed precision\)"):
+        build_precision("no", "cpu", autocast=AutocastKwargs())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # bf16 autocasts: it is used
+        build_precision("bf16", "cpu", autocast=AutocastKwargs(cache_enabled=False))
 
 
 def test_fp8_refuses_two_backends_at_once():

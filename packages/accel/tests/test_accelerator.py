@@ -242,8 +242,11 @@ def test_fsdp_names_are_at_accelerates_module_paths():
 def test_constructor_takes_accelerates_parameters_in_accelerates_order():
     import inspect
 
-    names = [n for n, p in inspect.signature(Accelerator.__init__).parameters.items()
-             if n != "self" and p.kind is not p.VAR_KEYWORD]
+    parameters = inspect.signature(Accelerator.__init__).parameters
+    names = [n for n, p in parameters.items()
+             if n != "self" and p.kind is p.POSITIONAL_OR_KEYWORD]
+    # accel's own arguments are keyword only: a positional call means what it means in Accelerate
+    assert [n for n, p in parameters.items() if p.kind is p.KEYWORD_ONLY] == ["strategy"]
     assert names == [
         "device_placement", "split_batches", "mixed_precision", "gradient_accumulation_steps",
         "cpu", "dataloader_config", "deepspeed_plugin", "fsdp_plugin", "torch_tp_plugin",

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from accel import Accelerator
 from accel_parallel import SingleDeviceStrategy
 from accel_state import ConfigurationError, PartialState
-
-from accel import Accelerator
 
 
 def test_a_registered_name_builds_that_strategy() -> None:

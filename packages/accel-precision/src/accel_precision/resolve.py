@@ -83,6 +83,8 @@ def resolve_mixed_precision(mixed_precision: Any = None) -> tuple[str, str]:
 
 def _warn_unused(name: str, handlers: dict[str, Any]) -> None:
     users = {"scaler": ("fp16",), "ao_recipe": ("fp8",), "te_recipe": ("fp8",)}
+    if name == "no":  # full precision runs no autocast (other precisions may)
+        users["autocast"] = ("a mixed precision",)
     for slot, names in users.items():
         handler = handlers.get(slot)
         if handler is not None and name not in names:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -193,6 +194,12 @@ def resolve_strategy(state: PartialState, precision: Precision, handlers: Handle
             f"Accelerator(strategy={strategy!r}) takes a registered strategy name (a str: "
             "'ddp', 'fsdp', 'zero3', ...) or a Strategy instance, not a "
             f"{type(strategy).__name__}.")
+    if handlers.init_process_group is not None and not state.use_distributed:
+        # Accelerate ignores it without a word; a one-process run starts no group from it
+        warnings.warn(
+            f"kwargs_handlers=[{type(handlers.init_process_group).__name__}(...)] is not used: "
+            "this run has one process, and no process group is started from it (it applies "
+            "when several processes run).", UserWarning, stacklevel=3)
     config = StrategyConfig(state=state, precision=precision, handlers=handlers.by_kind(),
                             plugins=plugins, requested=requested,
                             requested_by="Accelerator(strategy=...)")
