@@ -84,6 +84,8 @@ class Machines:
     interfaces: tuple[str, str]
     """The veth end of each namespace: its GLOO_SOCKET_IFNAME (the hostname of these test
     machines resolves to loopback, which gloo would otherwise advertise to the peers)."""
+    addresses: tuple[str, str] = ADDRESSES
+    """The address of each namespace on the veth pair."""
 
     def new_port(self) -> int:
         return next(_PORTS)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import json
 import os
 import shutil
 import signal
@@ -28,6 +29,8 @@ from accel_state.errors import ConfigurationError, LaunchError
 
 from accel_launch.launch_plan import HostInfo, LaunchPlan, build_launch_plan, validate_launch_args
 from accel_launch.lifeline import Lifeline
+from accel_launch.machines import MachinesError, config_digest
+from accel_launch.rendezvous import JOB_KEY, register_backends, wrapped_backend
 from accel_launch.watchdog import STALL_EXIT_CODE, Watchdog, quiet_torch_logs
 
 __all__ = [
@@ -168,7 +171,13 @@ def _launch_config(plan: LaunchPlan) -> Any:
     from torch.distributed.launcher.api import LaunchConfig
 
     logs = DefaultLogsSpecs(log_dir=plan.log_dir, tee=Std.from_str(plan.tee))
-    return LaunchConfig(logs_specs=logs, **supported_config(plan.config, LaunchConfig))
+    config = dict(plan.config)
+    wrapped = wrapped_backend(config["rdzv_backend"])
+    if int(config["max_nodes"]) > 1 and wrapped != config["rdzv_backend"]:
+        register_backends()  # the machines meet before torch's rendezvous (rendezvous.py)
+        config["rdzv_backend"] = wrapped
+        config["rdzv_configs"] = {**config["rdzv_configs"], JOB_KEY: json.dumps(plan.job)}
+    return LaunchConfig(logs_specs=logs, **supported_config(config, LaunchConfig))
 
 
 def run_plan(plan: LaunchPlan, *, quiet: bool = False, debug: bool = False) -> int:
@@ -202,6 +211,9 @@ def run_plan(plan: LaunchPlan, *, quiet: bool = False, debug: bool = False) -> i
         print(f"{_PROG}: stopped by signal {exc.sigval.name}; the workers were stopped.",
               file=sys.stderr)
         return 128 + int(exc.sigval)
+    except MachinesError as exc:
+        print(f"{_PROG}: error: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:  # SIGINT before the workers started (torch's handler not set)
         print(f"{_PROG}: stopped by signal SIGINT before the workers started.", file=sys.stderr)
         return 128 + int(signal.SIGINT)
@@ -243,7 +255,9 @@ def run_launch(args: argparse.Namespace) -> int:
         return 0
     check_training_script(args)
     port = resolve_port(args)
-    plan = build_launch_plan(args, probe_host(args), port, resolved.sources)
+    digest = config_digest(resolved.config.raw if resolved.config else None)
+    plan = build_launch_plan(args, probe_host(args), port, resolved.sources,
+                             config_digest=digest)
     if not args.quiet:
         for note in (*resolved.notes, *plan.warnings):
             print(f"{_PROG}: warning: {note}", file=sys.stderr)

@@ -22,6 +22,7 @@ from accel_state.errors import ConfigurationError
 from accel_launch.watchdog import DEFAULT_STALL_TIMEOUT, parse_stall_timeout
 
 __all__ = [
+    "DEFAULT_RDZV_TIMEOUT",
     "DEFAULT_SHUTDOWN_TIMEOUT",
     "HostInfo",
     "LaunchPlan",
@@ -34,6 +35,12 @@ __all__ = [
 ]
 
 DEFAULT_SHUTDOWN_TIMEOUT = 30
+DEFAULT_RDZV_TIMEOUT = 300.0
+"""Seconds the machines have to join (--rdzv_timeout): minutes, not torch's 10 to 30."""
+UNREACHABLE_LIMIT = 60.0
+"""Seconds a machine keeps trying an address that does not answer at all (no route, time
+out) before it names it; one that refuses (machine 0 not started yet) is retried for the
+whole --rdzv_timeout."""
 """Seconds between the stop signal and SIGKILL when the launcher is interrupted (Ctrl-C,
 SIGTERM): long enough for workers to write a last checkpoint on preemption
 (``Accelerator.save_state_if_preempted``); workers that do not catch SIGTERM exit at once."""
@@ -81,6 +88,10 @@ class LaunchPlan:
     """Run the hang watchdog's beacons (more than one process in the job)."""
     stall_timeout: float | None = None
     """Seconds without a step before the watchdog ends the job (None: it only watches)."""
+    job: Mapping[str, Any] = field(default_factory=dict)
+    """What the machines of a multi-machine launch compare before starting
+    (:mod:`accel_launch.machines`): ``shape``, ``machine_rank``, ``timeout``,
+    ``unreachable_limit``."""
 
     @property
     def command(self) -> list[str]:
@@ -151,6 +162,10 @@ def validate_launch_args(args: argparse.Namespace, *, check_plugin_flags: bool =
                           "use 0 (none), 1 (stdout), 2 (stderr), 3 (both) or a per-rank map "
                           "like 0:3,1:1.")
     parse_rdzv_conf(args.rdzv_conf)
+    rdzv_timeout = getattr(args, "rdzv_timeout", DEFAULT_RDZV_TIMEOUT)
+    if rdzv_timeout is None or not rdzv_timeout > 0:
+        raise _flag_error("--rdzv_timeout", rdzv_timeout,
+                          "use a positive number of seconds, e.g. --rdzv_timeout 300.")
     if getattr(args, "stall_timeout", None) is not None:
         parse_stall_timeout(args.stall_timeout)
 
@@ -221,12 +236,35 @@ def _plan_warnings(args: argparse.Namespace, host: HostInfo, nproc: int) -> tupl
     return tuple(notes)
 
 
+def _strategy_name(args: argparse.Namespace) -> str:
+    if getattr(args, "strategy", None):
+        return str(args.strategy)
+    for dest, name in (("use_deepspeed", "deepspeed"), ("use_fsdp", "fsdp"),
+                       ("use_parallelism_config", "parallelism_config")):
+        if getattr(args, dest, False):
+            return name
+    return "default"
+
+
+def _job(args: argparse.Namespace, nproc: int, rdzv_timeout: float,
+         config_digest: str) -> dict[str, Any]:
+    from accel_launch.machines import job_shape
+
+    shape = job_shape(num_machines=args.num_machines, per_machine=nproc,
+                      mixed_precision=args.mixed_precision, strategy=_strategy_name(args),
+                      config=config_digest)
+    return {"shape": shape, "machine_rank": args.machine_rank, "timeout": rdzv_timeout,
+            "unreachable_limit": min(UNREACHABLE_LIMIT, rdzv_timeout)}
+
+
 def build_launch_plan(args: argparse.Namespace, host: HostInfo, port: int,
-                      sources: Mapping[str, str] | None = None) -> LaunchPlan:
+                      sources: Mapping[str, str] | None = None, *,
+                      config_digest: str = "none") -> LaunchPlan:
     """Map flags, machine facts and the rendezvous ``port`` to a :class:`LaunchPlan`.
 
     ``sources`` comes from :func:`accel_launch.resolve.resolve_launch_args`; without it the
-    flags are resolved here (config file, cluster, defaults).
+    flags are resolved here (config file, cluster, defaults). ``config_digest``: the config
+    file's, which the machines compare (:func:`accel_launch.machines.config_digest`).
     """
     if sources is None:
         from accel_launch.resolve import resolve_launch_args
@@ -236,8 +274,13 @@ def build_launch_plan(args: argparse.Namespace, host: HostInfo, port: int,
     nproc = local_process_count(args, host)
     ip = args.main_process_ip or "127.0.0.1"
     rdzv_configs: dict[str, Any] = parse_rdzv_conf(args.rdzv_conf)
+    rdzv_timeout = float(getattr(args, "rdzv_timeout", DEFAULT_RDZV_TIMEOUT))
     if args.rdzv_backend == "static":
         rdzv_configs["rank"] = args.machine_rank
+    if args.num_machines > 1:  # torch's own waits end with ours (one machine waits for none)
+        key = {"static": "timeout", "c10d": "join_timeout"}.get(args.rdzv_backend)
+        if key:
+            rdzv_configs.setdefault(key, int(rdzv_timeout))
     config = {
         "min_nodes": args.num_machines,
         "max_nodes": args.num_machines,
@@ -265,5 +308,6 @@ def build_launch_plan(args: argparse.Namespace, host: HostInfo, port: int,
         warnings=_plan_warnings(args, host, nproc),
         watch=watch,
         stall_timeout=stall_timeout if watch else None,
+        job=_job(args, nproc, rdzv_timeout, config_digest),
     )
 

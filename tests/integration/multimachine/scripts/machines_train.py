@@ -8,6 +8,8 @@ them (float.hex) with the world size and each rank's machine to OUT/final.json.
 ``hold OUT``: every rank writes OUT/rank-N.pid (its pid, its machine), then all-reduces
 once a second until killed or for 120 s: a job that is running when the test interferes.
 
+``once OUT``: one all-reduce, then exit.
+
 ``uneven OUT``: after one barrier rank 0 returns at once and the others sleep 120 s, so
 rank 0's launcher waits in torch's exit barrier.
 """
@@ -60,6 +62,12 @@ def hold(out: Path) -> None:
         time.sleep(1)
 
 
+def once(out: Path) -> None:
+    dist.init_process_group("gloo")
+    dist.all_reduce(torch.ones(1))
+    (out / f"rank-{dist.get_rank()}.done").write_text(os.environ.get("GROUP_RANK", "?"))
+
+
 def uneven(out: Path) -> None:
     dist.init_process_group("gloo")
     dist.barrier()
@@ -71,4 +79,4 @@ def uneven(out: Path) -> None:
 if __name__ == "__main__":
     mode, folder = sys.argv[1], Path(sys.argv[2])
     folder.mkdir(parents=True, exist_ok=True)
-    {"train": train, "hold": hold, "uneven": uneven}[mode](folder)
+    {"train": train, "hold": hold, "once": once, "uneven": uneven}[mode](folder)

@@ -1,0 +1,118 @@
+"""The machines' meeting before torch's rendezvous (accel_launch.machines), over an
+in-memory store shared by threads standing in for the launchers; the plan's job fields."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from accel_launch.launch import launch_command_parser
+from accel_launch.launch_plan import HostInfo, build_launch_plan
+from accel_launch.machines import (
+    MachinesError,
+    Progress,
+    compare_shapes,
+    config_digest,
+    job_shape,
+    meet,
+)
+from accel_state.errors import ConfigurationError
+
+torch_dist = pytest.importorskip("torch.distributed")
+
+
+def _shape(**over: object) -> dict[str, str]:
+    values = {"num_machines": 2, "per_machine": 1, "mixed_precision": None,
+              "strategy": "default", "config": "none", **over}
+    return job_shape(**values)
+
+
+def _me(rank: int, **over: object) -> dict:
+    return {"rank": rank, "host": f"host{rank}", "address": f"10.0.0.{rank + 1}", "pid": rank,
+            "shape": _shape(**over)}
+
+
+def _lost(exc: Exception) -> MachinesError:
+    return MachinesError(f"lost: {exc}")
+
+
+def _meet_all(store, entries: dict[int, dict], world: int, limit: float = 10.0,
+              claim: bool = True) -> dict[int, object]:
+    """Each entry meets in a thread of its own; what each returned (None) or raised."""
+    results: dict[int, object] = {}
+
+    def one(key: int, me: dict) -> None:
+        try:
+            meet(store, prefix="t", index=me["rank"], world=world, me=me,
+                 progress=Progress("10.0.0.1:1", limit, 100.0), claim=claim, lost=_lost)
+            results[key] = None
+        except MachinesError as exc:
+            results[key] = str(exc)
+
+    threads = [threading.Thread(target=one, args=item) for item in entries.items()]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    return results
+
+
+def test_machines_that_agree_all_go_on() -> None:
+    assert _meet_all(torch_dist.HashStore(), {0: _me(0), 1: _me(1), 2: _me(2)}, 3) == {
+        0: None, 1: None, 2: None}
+
+
+def test_a_mismatch_stops_every_machine_with_one_message_naming_field_values_and_ranks(
+        ) -> None:
+    results = _meet_all(torch_dist.HashStore(), {0: _me(0), 1: _me(1, num_machines=3)}, 2)
+    assert results[0] == results[1]
+    assert ("the machines disagree on num_machines: machine rank 0 (host0, 10.0.0.1) has 2, "
+            "machine rank 1 (host1, 10.0.0.2) has 3") in results[0]
+
+
+def test_a_machine_rank_claimed_twice_is_refused_naming_the_holder() -> None:
+    store = torch_dist.HashStore()
+    assert _meet_all(store, {0: _me(0), 1: _me(1)}, 2) == {0: None, 1: None}
+    again = _meet_all(store, {9: {**_me(1), "host": "other", "pid": 99}}, 2)
+    assert again[9].startswith("machine rank 1 is taken: machine rank 1 (host1, 10.0.0.2), "
+                               "pid 1, joined as --machine_rank 1 first (this is machine "
+                               "rank 1 (other, 10.0.0.2)).")
+
+
+def test_a_machine_that_never_joins_is_named_with_those_that_did() -> None:
+    results = _meet_all(torch_dist.HashStore(), {0: _me(0), 2: _me(2)}, 4, limit=0.5)
+    assert results[0].startswith("machine ranks 1, 3 never joined within 0 s "
+                                 "(--rdzv_timeout); joined: 0, 2.")
+    assert results[2] == results[0]  # machine 2 is told the verdict
+
+
+def test_compare_and_digest() -> None:
+    assert compare_shapes({0: _me(0), 1: _me(1)}) is None
+    text = compare_shapes({0: _me(0), 1: _me(1, mixed_precision="bf16", strategy="fsdp")})
+    assert "mixed_precision: machine rank 0 (host0, 10.0.0.1) has no, machine rank 1" in text
+    assert "strategy: machine rank 0 (host0, 10.0.0.1) has default, machine rank 1 (host1, "\
+           "10.0.0.2) has fsdp" in text
+    assert config_digest(None) == "none"
+    assert config_digest({"a": 1, "machine_rank": 0}) == config_digest({"machine_rank": 3,
+                                                                          "a": 1})
+    assert config_digest({"a": 1}) != config_digest({"a": 2})
+
+
+def _plan(*argv: str):
+    args = launch_command_parser().parse_args(list(argv))
+    return build_launch_plan(args, HostInfo(cpu_count=4, python="/py"), 29400,
+                             config_digest="abc")
+
+
+def test_the_plan_carries_the_job_and_bounds_torchs_waits() -> None:
+    two = _plan("--cpu", "--num_machines", "2", "--machine_rank", "1", "--main_process_ip",
+                "10.0.0.1", "--main_process_port", "29400", "--rdzv_timeout", "120", "t.py")
+    assert two.job == {"shape": _shape(config="abc"), "machine_rank": 1, "timeout": 120.0,
+                       "unreachable_limit": 60.0}
+    assert two.config["rdzv_configs"] == {"rank": 1, "timeout": 120}
+    c10d = _plan("--cpu", "--num_machines", "2", "--main_process_ip", "10.0.0.1",
+                 "--main_process_port", "29400", "--max_restarts", "1", "t.py")
+    assert c10d.config["rdzv_configs"] == {"join_timeout": 300}
+    assert _plan("--cpu", "t.py").config["rdzv_configs"] == {"rank": 0}  # one machine: as before
+    with pytest.raises(ConfigurationError, match="--rdzv_timeout 0.0 is invalid"):
+        _plan("--cpu", "--rdzv_timeout", "0", "t.py")

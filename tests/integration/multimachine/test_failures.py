@@ -1,0 +1,96 @@
+"""Machines that disagree, cannot reach machine 0, never join or share a rank are named, on
+every machine, within a minute; each case prints how long each machine took to exit."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.multiprocess
+
+SCRIPT = str(Path(__file__).parent / "scripts" / "machines_train.py")
+MAIN = "10.77.0.1"  # machine 0's address (conftest.ADDRESSES)
+
+
+def _flags(port: int, rank: int, **over: str) -> list[str]:
+    """A 2-machine launch, one CPU process per machine unless ``over`` says otherwise."""
+    values = {"num_machines": "2", "main_process_ip": MAIN,
+              "main_process_port": str(port), "machine_rank": str(rank), **over}
+    return ["--cpu", *(x for k, v in values.items() for x in (f"--{k}", v))]
+
+
+def _finish_all(launched, limit: float) -> list[float]:
+    for one in launched:
+        one.finish(timeout=limit + 30)
+    return [one.ended - one.started for one in launched]
+
+
+@pytest.mark.parametrize(("field", "first", "second", "values"), [
+    ("num_machines", {}, {"num_machines": "3"}, ("2", "3")),
+    ("processes_per_machine", {"num_processes": "2"}, {"num_processes": "4"}, ("1", "2")),
+    ("mixed_precision", {}, {"mixed_precision": "bf16"}, ("no", "bf16")),
+])
+def test_machines_that_disagree_are_both_refused_naming_the_field(
+        machines, tmp_path: Path, field: str, first: dict[str, str], second: dict[str, str],
+        values) -> None:
+    port = machines.new_port()
+    pair = machines.pair([[*_flags(port, 0, **first), SCRIPT, "once", str(tmp_path)],
+                          [*_flags(port, 1, **second), SCRIPT, "once", str(tmp_path)]])
+    took = _finish_all(pair, 60)
+    for one in pair:
+        assert one.returncode == 1, one.explain()
+        line = [x for x in one.stderr.splitlines() if "disagree" in x]
+        assert line, one.explain()
+        assert re.search(rf"{field}: machine rank 0 \([^)]*\) has {values[0]}, "
+                         rf"machine rank 1 \([^)]*\) has {values[1]}", line[0]), line[0]
+    assert not list(tmp_path.glob("rank-*")), "a worker started despite the mismatch"
+    assert max(took) < 60
+    print(f"{field} mismatch: machines exited after {took[0]:.1f} s and {took[1]:.1f} s")
+
+
+def test_an_unreachable_main_process_ip_is_named(machines, tmp_path: Path) -> None:
+    wrong = "10.77.0.9"  # on the machines' network, but no machine has it
+    one = machines.launch(1, *_flags(machines.new_port(), 1, main_process_ip=wrong,
+                                     rdzv_timeout="12"), SCRIPT, "once", str(tmp_path))
+    took = _finish_all([one], 12)[0]
+    assert one.returncode == 1, one.explain()
+    assert f"cannot reach machine 0 at {wrong}:" in one.stderr, one.explain()
+    assert "within 12 s" in one.stderr
+    assert one.stderr.count("\n") < 15, "retries must print one line per interval\n" + \
+        one.explain()
+    assert 12 <= took < 30
+    print(f"unreachable address: named after {took:.1f} s (limit 12 s)")
+
+
+def test_a_machine_that_never_joins_is_named_with_progress_meanwhile(
+        machines, tmp_path: Path) -> None:
+    port = machines.new_port()
+    one = machines.launch(0, *_flags(port, 0, rdzv_timeout="12"), SCRIPT, "once",
+                          str(tmp_path))
+    took = _finish_all([one], 12)[0]
+    assert one.returncode == 1, one.explain()
+    assert (f"waiting for machines 1/2 at {MAIN}:{port} (5 s of 12 s); not yet: "
+            "machine rank 1") in one.stderr, one.explain()
+    assert ("machine rank 1 never joined within 12 s (--rdzv_timeout); joined: 0."
+            in one.stderr), one.explain()
+    assert 12 <= took < 30
+    print(f"never joined: named after {took:.1f} s (limit 12 s)")
+
+
+def test_a_duplicate_machine_rank_is_refused_and_the_job_goes_on(
+        machines, tmp_path: Path) -> None:
+    port = machines.new_port()
+    first = machines.launch(0, *_flags(port, 0), SCRIPT, "once", str(tmp_path))
+    ones = [machines.launch(1, *_flags(port, 1), SCRIPT, "once", str(tmp_path))
+            for _ in range(2)]
+    took = _finish_all([first, *ones], 60)
+    refused = [one for one in ones if one.returncode != 0]
+    assert first.returncode == 0, first.explain()
+    assert len(refused) == 1, "\n".join(one.explain() for one in ones)
+    assert "machine rank 1 is taken:" in refused[0].stderr, refused[0].explain()
+    assert "Give every machine its own --machine_rank, 0 to 1." in refused[0].stderr
+    assert sorted(p.name for p in tmp_path.glob("rank-*.done")) == ["rank-0.done",
+                                                                    "rank-1.done"]
+    print(f"duplicate rank: refused after {took[1 + ones.index(refused[0])]:.1f} s")
