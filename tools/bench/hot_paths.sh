@@ -12,6 +12,8 @@ RUN=(uv run --with 'accelerate!=1.15.0+accel.1')
 status=0
 row() { "${RUN[@]}" "$@" 2>&1 | grep -E "ratio|Error|error:" || status=1; }
 
+echo "== from accel import Accelerator after import torch (target: <= 50 ms CPU)"
+uv run python bench_import.py 2>&1 | grep -E "^import:|Error|error:" || status=1
 echo "== training step, 1 process, tiny MLP (w64, batch 8)"
 row python bench_step.py --width 64 --batch-size 8 --aa
 echo "== accumulate(4), 1 process, tiny MLP"
