@@ -189,14 +189,12 @@ class _Registered:
 
 
 @pytest.fixture
-def strategies():
+def strategies(monkeypatch):
     """``demo`` and ``zero2`` registered where the launcher looks strategies up."""
-    from accel_launch.strategy_check import STRATEGY_ENTRIES
+    from accel_launch import strategy_check
 
-    STRATEGY_ENTRIES.register("demo", _Registered(level=int, tag=str))
-    STRATEGY_ENTRIES.register("zero2", _Registered(level=int))
-    yield STRATEGY_ENTRIES
-    STRATEGY_ENTRIES._clear()
+    monkeypatch.setitem(strategy_check.REGISTERED, "demo", _Registered(level=int, tag=str))
+    monkeypatch.setitem(strategy_check.REGISTERED, "zero2", _Registered(level=int))
 
 
 def test_a_config_files_strategy_and_options_reach_the_workers(tmp_path, strategies) -> None:

@@ -17,20 +17,31 @@ from typing import Any
 from accel_state import ConfigurationError
 from accel_state.registry import Registry
 
-__all__ = ["STRATEGY_ENTRIES", "check_named_strategy"]
+__all__ = ["REGISTERED", "check_named_strategy"]
 
-#: the ``accel.strategies`` entry points as the launcher sees them (tests register here)
-STRATEGY_ENTRIES: Registry[Any] = Registry("accel.strategies", "strategy")
+#: strategies registered in code for the launcher's check (tests), beside the entry points
+REGISTERED: dict[str, Any] = {}
+
+
+def _strategies() -> Registry[Any]:
+    """The ``accel.strategies`` entry points as installed now, read afresh on each check (a
+    launcher called in a notebook or a test may see packages put on the path since), and
+    :data:`REGISTERED`."""
+    registry: Registry[Any] = Registry("accel.strategies", "strategy")
+    for name, obj in REGISTERED.items():
+        registry.register(name, obj)
+    return registry
 
 
 def check_named_strategy(name: str, options: Mapping[str, Any] | None, *, name_source: str,
                          options_source: str) -> None:
     """Refuse an unknown strategy ``name`` (listing the registered ones) and options its
     declared option types do not take; nothing when no strategy package is installed here."""
-    if not STRATEGY_ENTRIES.names():
+    strategies = _strategies()
+    if not strategies.names():
         return
     try:
-        registered = STRATEGY_ENTRIES.get(name)
+        registered = strategies.get(name)
     except ConfigurationError as error:
         raise ConfigurationError(f"--strategy {name!r} (from {name_source}): {error}") from None
     validate = getattr(registered, "validate_options", None)
