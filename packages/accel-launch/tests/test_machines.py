@@ -116,3 +116,19 @@ def test_the_plan_carries_the_job_and_bounds_torchs_waits() -> None:
     assert _plan("--cpu", "t.py").config["rdzv_configs"] == {"rank": 0}  # one machine: as before
     with pytest.raises(ConfigurationError, match="--rdzv_timeout 0.0 is invalid"):
         _plan("--cpu", "--rdzv_timeout", "0", "t.py")
+
+
+def test_the_roll_call_names_the_machine_that_stopped_beating() -> None:
+    from accel_launch.heartbeat import Heartbeat
+
+    store = torch_dist.HashStore()
+    _meet_all(store, {0: _me(0), 1: _me(1), 2: _me(2)}, 3)
+    beats = [Heartbeat(store, "t", rank, 3, interval=0.05).start() for rank in range(3)]
+    try:
+        assert beats[0].roll_call() == []
+        beats[2].stop()
+        assert beats[0].roll_call() == ["machine rank 2 (host2, 10.0.0.3)"]
+        assert beats[1].roll_call() == ["machine rank 2 (host2, 10.0.0.3)"]
+    finally:
+        for beat in beats:
+            beat.stop()

@@ -50,6 +50,7 @@ class Launched:
 
     machine: int
     popen: subprocess.Popen[str]
+    machines: Machines | None = None
     started: float = field(default_factory=time.monotonic)
     ended: float | None = None
     stdout: str = ""
@@ -65,6 +66,8 @@ class Launched:
             self.stdout, self.stderr = self.popen.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.popen.kill()
+            if self.machines is not None:  # its workers and guard hold the output pipes too
+                self.machines.kill_all()
             self.stdout, self.stderr = self.popen.communicate(timeout=30)
             pytest.fail(f"machine {self.machine}'s launcher did not exit within {timeout} s\n"
                         + self.explain())
@@ -99,7 +102,7 @@ class Machines:
         popen = subprocess.Popen(cmd, cwd=REPO, env=env, text=True,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                  start_new_session=True)
-        return Launched(machine, popen)
+        return Launched(machine, popen, self)
 
     def pair(self, args_of: Sequence[Sequence[str]]) -> list[Launched]:
         """One launcher per namespace, ``args_of[i]`` for machine i."""

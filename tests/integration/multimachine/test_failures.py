@@ -4,6 +4,7 @@ every machine, within a minute; each case prints how long each machine took to e
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -82,10 +83,13 @@ def test_a_machine_that_never_joins_is_named_with_progress_meanwhile(
 def test_a_duplicate_machine_rank_is_refused_and_the_job_goes_on(
         machines, tmp_path: Path) -> None:
     port = machines.new_port()
-    first = machines.launch(0, *_flags(port, 0), SCRIPT, "once", str(tmp_path))
+    # both rank-1 launchers wait for machine 0 before it starts: neither comes after the
+    # short job has ended (a late one would wait for machine 0 for the whole timeout)
     ones = [machines.launch(1, *_flags(port, 1), SCRIPT, "once", str(tmp_path))
             for _ in range(2)]
-    took = _finish_all([first, *ones], 60)
+    time.sleep(3)
+    first = machines.launch(0, *_flags(port, 0), SCRIPT, "once", str(tmp_path))
+    took = _finish_all([*ones, first], 60)
     refused = [one for one in ones if one.returncode != 0]
     assert first.returncode == 0, first.explain()
     assert len(refused) == 1, "\n".join(one.explain() for one in ones)
@@ -93,4 +97,4 @@ def test_a_duplicate_machine_rank_is_refused_and_the_job_goes_on(
     assert "Give every machine its own --machine_rank, 0 to 1." in refused[0].stderr
     assert sorted(p.name for p in tmp_path.glob("rank-*.done")) == ["rank-0.done",
                                                                     "rank-1.done"]
-    print(f"duplicate rank: refused after {took[1 + ones.index(refused[0])]:.1f} s")
+    print(f"duplicate rank: refused after {took[ones.index(refused[0])]:.1f} s")

@@ -62,3 +62,23 @@ def test_a_launcher_blocked_in_the_exit_barrier_obeys_sigterm(
     assert pair[0].returncode == 128 + signal.SIGTERM, pair[0].explain()
     assert took < 10, f"machine 0 took {took:.1f} s to obey SIGTERM\n" + pair[0].explain()
     print(f"exit barrier: SIGTERM obeyed in {took:.1f} s")
+
+
+@pytest.mark.parametrize("killed", [1, 0], ids=["machine1", "machine0"])
+def test_the_other_machine_names_a_machine_whose_launcher_was_killed(
+        machines, two_machine_flags, tmp_path: Path, killed: int) -> None:
+    pair = machines.pair([[*flags, SCRIPT, "hold", str(tmp_path)]
+                          for flags in two_machine_flags])
+    _wait_for((tmp_path, "rank-*.pid"), 2, pair)
+    sent = time.monotonic()
+    pair[killed].popen.send_signal(signal.SIGKILL)
+    gone = _namespace_empties(machines, killed, within=15)
+    survivor = pair[1 - killed].finish(60)
+    took = survivor.ended - sent
+    assert survivor.returncode != 0, survivor.explain()
+    error = [line for line in survivor.stderr.splitlines() if "error:" in line]
+    assert error and f"machine rank {killed} " in error[-1] and " was lost" in error[-1], \
+        survivor.explain()
+    assert took < 60
+    print(f"machine {killed} killed: its processes gone after {gone:.1f} s, machine "
+          f"{1 - killed} named it and exited after {took:.1f} s")

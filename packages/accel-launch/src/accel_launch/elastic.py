@@ -27,6 +27,8 @@ from typing import Any
 from accel_state import env
 from accel_state.errors import ConfigurationError, LaunchError
 
+from accel_launch import heartbeat
+from accel_launch.heartbeat import lost_machines_note
 from accel_launch.launch_plan import HostInfo, LaunchPlan, build_launch_plan, validate_launch_args
 from accel_launch.lifeline import Lifeline
 from accel_launch.machines import MachinesError, config_digest
@@ -201,8 +203,10 @@ def run_plan(plan: LaunchPlan, *, quiet: bool = False, debug: bool = False) -> i
     except ChildFailedError as exc:
         root, failure = exc.get_first_failure()
         note = dog.failure_note(root) if isinstance(dog, Watchdog) else None
-        print(f"{_PROG}: error: {describe_failures(exc.failures, root)}"
-              f"{' ' + note if note else ''}", file=sys.stderr)
+        lost = lost_machines_note()
+        print(f"{_PROG}: error: {lost + ' ' if lost else ''}"
+              f"{describe_failures(exc.failures, root)}{' ' + note if note else ''}",
+              file=sys.stderr)
         return exit_code_of(failure.exitcode)
     except SignalException as exc:
         if isinstance(dog, Watchdog) and dog.summary is not None:
@@ -227,6 +231,9 @@ def run_plan(plan: LaunchPlan, *, quiet: bool = False, debug: bool = False) -> i
             "--main_process_ip/--main_process_port and that every machine can reach it."
         ) from exc
     finally:
+        beat = heartbeat.active()
+        if beat is not None:
+            beat.stop()
         if folder:
             shutil.rmtree(folder, ignore_errors=True)
     return 0

@@ -8,7 +8,8 @@ rendezvous the agent and the workers use. What the wrapper adds before it:
   interval rather than torch's retry warnings per attempt, and names an address it cannot
   reach within ``unreachable_limit`` seconds; machine 0 opens the store server that torch's
   handler then shares (``multi_tenant``). Then the machines meet (claims, shapes, verdict)
-  and only then does torch's handler run, at once.
+  and only then does torch's handler run, at once. Each launcher then beats a counter in
+  that store (:mod:`accel_launch.heartbeat`), so a failure can name a machine that was lost.
 - c10d: the same reachability check where the endpoint is another machine's, progress
   lines while torch's handler waits for the machines, then the meeting over the store of
   the round (group ranks, not --machine_rank, index the machines there).
@@ -28,6 +29,7 @@ import threading
 import time
 from typing import Any
 
+from accel_launch.heartbeat import Heartbeat
 from accel_launch.machines import MachinesError, Progress, meet, progress_interval
 
 __all__ = ["JOB_KEY", "register_backends", "wrapped_backend"]
@@ -87,15 +89,15 @@ def is_local_address(host: str) -> bool:
 
 
 def wait_until_reachable(host: str, port: int, progress: Progress, world: int,
-                         unreachable_limit: float) -> str:
-    """Return this machine's address towards ``host:port`` once something listens there;
-    raise :class:`MachinesError` naming the address when it stays unreachable for
-    ``unreachable_limit`` s, or refuses connections for the whole rendezvous timeout."""
+                         unreachable_limit: float) -> socket.socket:
+    """A connection to ``host:port`` once something listens there (left open: its end is
+    how :mod:`accel_launch.heartbeat` sees machine 0 go); raise :class:`MachinesError`
+    naming the address when it stays unreachable for ``unreachable_limit`` s, or refuses
+    connections for the whole rendezvous timeout."""
     unreachable_since: float | None = None
     while True:
         try:
-            with socket.create_connection((host, port), timeout=2.0) as sock:
-                return str(sock.getsockname()[0])
+            return socket.create_connection((host, port), timeout=2.0)
         except socket.gaierror as exc:
             raise MachinesError(
                 f"cannot resolve --main_process_ip {host!r} ({exc.strerror}): give machine "
@@ -153,6 +155,8 @@ class _MeetingRendezvous:
     def __init__(self, name: str, inner: Any, job: dict[str, Any], params: Any) -> None:
         self._name, self._inner, self._job, self._params = name, inner, job, params
         self._store: Any = None  # machine 0's server under the static rendezvous: kept open
+        self._beat: Heartbeat | None = None
+        self._line: socket.socket | None = None  # machine 1+: idle connection to machine 0
         self.endpoint = params.endpoint
         self.timeout = float(job["timeout"])
 
@@ -196,13 +200,21 @@ class _MeetingRendezvous:
                                        datetime.timedelta(seconds=self.timeout),
                                        wait_for_workers=False, multi_tenant=True)
         else:
-            address = wait_until_reachable(host, port, progress, world,
-                                           float(self._job["unreachable_limit"]))
+            line = wait_until_reachable(host, port, progress, world,
+                                        float(self._job["unreachable_limit"]))
+            address = str(line.getsockname()[0])
+            if self._line is None:
+                self._line = line
+            else:
+                line.close()
             if self._store is None:
                 self._store = TCPStore(host, port, None, False, datetime.timedelta(seconds=30),
                                        wait_for_workers=False)
-        meet(self._store, prefix=f"accel/{self._params.run_id}", index=rank, world=world,
-             me=self._me(address, rank), progress=progress, claim=True, lost=self._lost)
+        prefix = f"accel/{self._params.run_id}"
+        meet(self._store, prefix=prefix, index=rank, world=world, me=self._me(address, rank),
+             progress=progress, claim=True, lost=self._lost)
+        if self._beat is None:
+            self._beat = Heartbeat(self._store, prefix, rank, world, line=self._line).start()
         return self._inner.next_rendezvous()
 
     def _c10d(self) -> Any:
@@ -211,8 +223,9 @@ class _MeetingRendezvous:
         progress = self._progress(self.timeout)
         address = host
         if not is_local_address(host):
-            address = wait_until_reachable(host, port, progress, world,
-                                           float(self._job["unreachable_limit"]))
+            with wait_until_reachable(host, port, progress, world,
+                                      float(self._job["unreachable_limit"])) as line:
+                address = str(line.getsockname()[0])
         with _Ticker(progress, world):
             info = self._inner.next_rendezvous()
         meet(info.store, prefix="accel", index=info.rank, world=info.world_size,

@@ -1,0 +1,136 @@
+"""Which machine was lost, when a multi-machine job fails.
+
+When a machine dies (power, kernel panic, its launcher killed), the workers of the others
+fail in their next collective with a connection error, and each surviving launcher would
+only report its own rank's exit. So every launcher of a static multi-machine launch beats
+a counter in the rendezvous store (``alive/R``) every ``interval`` seconds once the
+machines have met; a launcher whose workers failed takes a roll call (:func:`roll_call`):
+the counters that do not move within a few intervals belong to machines that are gone.
+Machine 0 holds the store: the others keep an idle connection to its port open (the one
+that found it reachable) and take its end-of-file as its loss, without a store call that
+would fail noisily in torch's C++ code.
+"""
+
+from __future__ import annotations
+
+import json
+import select
+import socket
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["Heartbeat", "active", "lost_machines_note"]
+
+_ACTIVE: list[Heartbeat] = []
+
+
+def active() -> Heartbeat | None:
+    """The heartbeat of this process's current launch, if it has one."""
+    return _ACTIVE[-1] if _ACTIVE else None
+
+
+def _who(entry: Mapping[str, Any] | None, rank: int) -> str:
+    if not entry:
+        return f"machine rank {rank}"
+    where = ", ".join(x for x in (entry.get("host"), entry.get("address")) if x)
+    return f"machine rank {rank}" + (f" ({where})" if where else "")
+
+
+class Heartbeat:
+    """Beats ``PREFIX/alive/RANK`` in ``store`` from a daemon thread."""
+
+    def __init__(self, store: Any, prefix: str, rank: int, world: int, *,
+                 line: socket.socket | None = None, interval: float = 1.0) -> None:
+        self.store, self.prefix, self.rank, self.world = store, prefix, rank, world
+        self.line, self.interval = line, interval
+        peer = line.getpeername() if line is not None else None
+        self._host = (f"machine rank 0 ({peer[0]}, which holds the rendezvous store)" if peer
+                      else "machine rank 0 (it holds the rendezvous store)")
+        self._lock = threading.Lock()  # the store client is shared with the roll call
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="accel-heartbeat", daemon=True)
+
+    def key(self, *parts: object) -> str:
+        return "/".join([self.prefix, *map(str, parts)])
+
+    def start(self) -> Heartbeat:
+        self._beat()
+        self._thread.start()
+        _ACTIVE.append(self)
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self in _ACTIVE:
+            _ACTIVE.remove(self)
+        if self.line is not None:
+            self.line.close()
+            self.line = None
+
+    def host_alive(self) -> bool:
+        """Whether machine 0's end of the idle connection is still open (always true on
+        machine 0, or without one)."""
+        line = self.line
+        if line is None:
+            return True
+        try:
+            readable, _, _ = select.select([line], [], [], 0)
+            return not readable or line.recv(1, socket.MSG_PEEK) != b""
+        except OSError:
+            return False
+
+    def _beat(self) -> None:
+        with self._lock:
+            self.store.add(self.key("alive", self.rank), 1)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            if not self.host_alive():
+                return
+            try:
+                self._beat()
+            except Exception:  # noqa: BLE001 - machine 0 gone: the roll call will say so
+                return
+
+    def _counts(self) -> dict[int, int]:
+        with self._lock:
+            return {r: self.store.add(self.key("alive", r), 0) for r in range(self.world)
+                    if r != self.rank}
+
+    def _entry(self, rank: int) -> dict[str, Any] | None:
+        try:
+            with self._lock:
+                return json.loads(self.store.get(self.key("shape", rank)).decode())
+        except Exception:  # noqa: BLE001 - the name is a courtesy
+            return None
+
+    def roll_call(self, beats: float = 3.0) -> list[str]:
+        """The machines that stopped beating (by name), waiting ``beats`` intervals."""
+        if not self.host_alive():
+            return [self._host]
+        try:
+            before = self._counts()
+            time.sleep(beats * self.interval)
+            after = self._counts()
+        except Exception:  # noqa: BLE001 - the store is machine 0's
+            return [self._host]
+        if not self.host_alive():
+            return [self._host]
+        return [_who(self._entry(r), r) for r in sorted(after) if after[r] == before[r]]
+
+
+def lost_machines_note() -> str | None:
+    """After a worker failure: which machines were lost, if any (None: all answered, or a
+    single-machine launch)."""
+    beat = active()
+    if beat is None:
+        return None
+    lost = beat.roll_call()
+    if not lost:
+        return None
+    verb = "was" if len(lost) == 1 else "were"
+    return (f"{' and '.join(lost)} {verb} lost: it stopped answering while the job ran, so "
+            "the failures below on this machine followed from it (see that machine's "
+            "output, if it has any).")
