@@ -34,8 +34,11 @@ NOT_AT_IMPORT = (
     "accel_tracking.trackers", "accel_data.prepare", "accel_data.loaders",
     "accel_data.dispatcher", "accel_data.samplers", "accel_data.skip", "accel_data.metrics",
     "accel_inference", "accel_launch", "accel_checkpoint.merge", "accel_checkpoint.fsdp_io",
-    # Accelerate's module path for the checkpoint functions (the Accelerator uses its own)
-    "accel.checkpointing",
+    # the checkpoint machinery: loaded by the first save or load (accel._checkpoint_mixin),
+    # and Accelerate's module path for its functions
+    "accel._checkpointing", "accel.checkpointing", "accel_checkpoint.manager",
+    "accel_checkpoint.manifest", "accel_checkpoint.hashing", "accel_checkpoint.weights",
+    "xxhash",
     # third-party packages: optional extras, file formats and helpers used on demand
     "deepspeed", "torchao", "transformer_engine", "wandb", "tensorboard", "tensorboardX",
     "mlflow", "comet_ml", "aim", "clearml", "dvclive", "swanlab", "trackio", "safetensors",
@@ -49,14 +52,17 @@ TORCH_SUBSYSTEMS = (
     "torch.distributed.algorithms.ddp_comm_hooks",
 )
 
-#: What building a single-process CPU ``Accelerator()`` must not import: the optional
-#: third-party backends (the strategy classes themselves are loaded to be asked whether
-#: they accept the configuration, by design of the registry).
+#: What building a single-process CPU ``Accelerator()`` and one training step without a
+#: checkpoint must not import: the optional third-party backends (the strategy classes
+#: themselves are loaded to be asked whether they accept the configuration, by design of
+#: the registry).
 NOT_AFTER_CONSTRUCTION = (
     "deepspeed", "torchao", "transformer_engine", "wandb", "tensorboard", "tensorboardX",
     "mlflow", "comet_ml", "aim", "clearml", "dvclive", "swanlab", "trackio", "safetensors",
     "accel_inference", "accel_launch", "accel_tracking.trackers", "torch._dynamo",
     "torch._inductor", "torch.distributed.fsdp", "torch.distributed.pipelining",
+    # the checkpoint machinery (the project configuration is built; nothing is saved)
+    "accel._checkpointing", "accel_checkpoint.manager", "accel_checkpoint.manifest",
 )
 
 
@@ -100,11 +106,22 @@ def test_from_accel_import_accelerator_loads_no_backend():
     assert torch_extra == [], f"`from accel import Accelerator` imported {torch_extra}"
 
 
-def test_a_cpu_accelerator_imports_no_optional_backend():
+_RAW_STEP = ("model = torch.nn.Linear(2, 2)\n"
+             "optimizer = torch.optim.SGD(model.parameters(), 0.1)\n")
+
+
+def test_a_cpu_training_step_imports_no_optional_backend():
+    """Against the same step in plain torch, which loads some of torch's subsystems itself
+    (the first ``optimizer.step()`` imports torch._dynamo)."""
     pytest.importorskip("accel")
-    loaded = _modules_after("from accel import Accelerator\n"
-                            "accelerator = Accelerator(cpu=True)\n"
-                            "assert type(accelerator.strategy).__name__ == "
-                            "'SingleDeviceStrategy', accelerator.strategy")
-    found = offenders(loaded, NOT_AFTER_CONSTRUCTION)
-    assert found == [], f"Accelerator(cpu=True) imported {found}, which it does not use"
+    raw = _modules_after("import torch\n" + _RAW_STEP +
+                         "model(torch.ones(1, 2)).sum().backward()\noptimizer.step()")
+    loaded = _modules_after(
+        "import torch\nfrom accel import Accelerator\n"
+        "accelerator = Accelerator(cpu=True)\n"
+        "assert type(accelerator.strategy).__name__ == 'SingleDeviceStrategy'\n" + _RAW_STEP +
+        "model, optimizer = accelerator.prepare(model, optimizer)\n"
+        "accelerator.backward(model(torch.ones(1, 2)).sum())\noptimizer.step()")
+    found = offenders(loaded - raw, NOT_AFTER_CONSTRUCTION)
+    assert found == [], (f"Accelerator(cpu=True) and one training step imported {found}, "
+                         "which they do not use")

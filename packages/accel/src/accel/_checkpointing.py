@@ -11,13 +11,13 @@ dicts as safetensors + JSON), ``"sharded"`` (every rank writes its DCP shards), 
 ``RankCheckpointWriter`` of the strategy's own. The functions here call the layout's
 methods and never ask which one it is. Loading lives in :mod:`accel._checkpoint_loading`,
 what waits for an async save or a background check in :mod:`accel._checkpoint_gate`.
-:class:`CheckpointingMixin` gives the Accelerator its methods; ``accel.checkpointing``
+:class:`CheckpointingMixin` (in :mod:`accel._checkpoint_mixin`, which imports this module at
+the first checkpoint call) gives the Accelerator its methods; ``accel.checkpointing``
 (Accelerate's module path) re-exports.
 """
 
 from __future__ import annotations
 
-import collections
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -43,29 +43,13 @@ from accel._checkpoint_hooks import (
 )
 from accel._checkpoint_layouts import checkpoint_layout
 from accel._checkpoint_loading import load_state
+from accel._checkpoint_mixin import CheckpointingMixin, init_checkpointing
 from accel._checkpoint_objects import scaler_of, shared_objects, weights_module
 
 __all__ = ["init_checkpointing", "save_state", "load_state", "register_for_checkpointing",
            "register_save_state_pre_hook", "register_load_state_pre_hook", "save_model",
            "get_state_dict", "wait_for_checkpoint", "checkpoint_gate", "checkpoint_sync_point",
            "CheckpointingMixin"]
-
-def init_checkpointing(accelerator: Any, project_dir: str | os.PathLike[str] | None,
-                       project_config: ProjectConfiguration | None) -> None:
-    """Called by ``Accelerator.__init__``: project configuration and hook registries."""
-    config = project_config if project_config is not None else ProjectConfiguration()
-    if not isinstance(config, ProjectConfiguration):
-        raise ConfigurationError(f"project_config must be a ProjectConfiguration, got "
-                                 f"{type(config).__name__}.")
-    if project_dir is not None and config.project_dir is None:
-        config.set_directories(project_dir)
-    config.check_automatic_naming()
-    accelerator.project_configuration = config
-    accelerator._save_model_state_pre_hook = collections.OrderedDict()
-    accelerator._load_model_state_pre_hook = collections.OrderedDict()
-    accelerator._pending_checkpoint = None
-    accelerator._checkpoint_verification = None
-
 
 def _stable_tensors(accelerator: Any) -> list[torch.Tensor]:
     """Tensors only an optimizer step changes: the prepared optimizers' parameters and
@@ -209,60 +193,3 @@ def save_model(accelerator: Any, model: torch.nn.Module, save_directory: str | o
     if accelerator.is_local_main_process if each_node else accelerator.is_main_process:
         save_model_weights(state_dict, save_directory, max_shard_size=max_shard_size,
                            safe_serialization=safe_serialization)
-
-
-class CheckpointingMixin:
-    """The Accelerator's checkpoint methods: thin delegations to the functions above."""
-
-    @property
-    def project_dir(self) -> str | None:
-        return self.project_configuration.project_dir
-
-    @property
-    def logging_dir(self) -> str | None:
-        return self.project_configuration.logging_dir
-
-    @property
-    def save_iteration(self) -> int:
-        """Number of the next automatically named checkpoint."""
-        return self.project_configuration.iteration
-
-    def save_state(self, output_dir: Any = None, safe_serialization: bool = True,
-                   **save_model_func_kwargs: Any) -> str:
-        """Save models, optimizers, schedulers, dataloader positions, RNG states, ...
-
-        Crash-safe and verified (see accel_checkpoint); ``async_save=True`` writes in the
-        background. Call on every process.
-        """
-        return save_state(self, output_dir, safe_serialization, **save_model_func_kwargs)
-
-    def load_state(self, input_dir: Any = None, load_kwargs: Any = None,
-                   verify: str | None = None, *, trust_pickles: bool | None = None,
-                   **load_model_func_kwargs: Any) -> None:
-        """Restore a checkpoint (default: the newest complete one with automatic naming).
-
-        ``verify="background"`` checks the bytes while training starts; ``trust_pickles``
-        allows a layout whose files need a full unpickler (see docs/checkpoint.md).
-        """
-        load_state(self, input_dir, load_kwargs, verify, trust_pickles=trust_pickles,
-                   **load_model_func_kwargs)
-
-    def register_for_checkpointing(self, *objects: Any) -> None:
-        register_for_checkpointing(self, *objects)
-
-    def register_save_state_pre_hook(self, hook: Callable[..., Any]) -> Any:
-        return register_save_state_pre_hook(self, hook)
-
-    def register_load_state_pre_hook(self, hook: Callable[..., Any]) -> Any:
-        return register_load_state_pre_hook(self, hook)
-
-    def save_model(self, model: torch.nn.Module, save_directory: Any,
-                   max_shard_size: int | str = "10GB", safe_serialization: bool = True) -> None:
-        save_model(self, model, save_directory, max_shard_size, safe_serialization)
-
-    def get_state_dict(self, model: torch.nn.Module, unwrap: bool = True) -> dict[str, Any]:
-        return get_state_dict(self, model, unwrap)
-
-    def wait_for_checkpoint(self) -> None:
-        """Block until an ``async_save`` is committed (``end_training`` does this too)."""
-        wait_for_checkpoint(self)

@@ -14,8 +14,6 @@ from typing import Any, TypeVar
 import torch
 from accel_state import DistributedType, gather, pad_across_processes, reduce
 
-from accel._checkpointing import checkpoint_sync_point
-
 __all__ = ["ProcessMixin"]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -85,6 +83,8 @@ class ProcessMixin:
 
     def wait_for_everyone(self) -> None:
         """Barrier; a rank first lets a save the main process makes alone commit."""
+        from accel._checkpoint_gate import checkpoint_sync_point  # checkpoints load on use
+
         checkpoint_sync_point(self, "wait_for_everyone")
         self.state.wait_for_everyone()
 

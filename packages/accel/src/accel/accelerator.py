@@ -13,7 +13,6 @@ import contextlib
 from typing import Any
 
 import torch
-from accel_checkpoint.weights import save as _save_object
 from accel_parallel import NO_CONTEXT, PrepareRequest, Strategy
 from accel_state import (
     DistributedType,
@@ -24,9 +23,9 @@ from accel_state import (
 from accel_state.memory import release_memory
 from accel_state.progress import attach as _attach_progress
 
-from accel import _checkpointing as _ckpt
 from accel import _tracking
 from accel._accelerator_state import AcceleratorState
+from accel._checkpoint_mixin import CheckpointingMixin, init_checkpointing
 from accel._data import UNSET as _UNSET
 from accel._data import DataMixin, resolve_dataloader_config
 from accel._device_map import DeviceMapMixin, refuse_dispatched_models
@@ -48,7 +47,7 @@ __getattr__ = forward_to(__name__, "accel.utils", "accel.state", "accel.data_loa
 
 
 
-class Accelerator(ProcessMixin, PrecisionMixin, DataMixin, _ckpt.CheckpointingMixin,
+class Accelerator(ProcessMixin, PrecisionMixin, DataMixin, CheckpointingMixin,
                   _tracking.TrackingMixin, ParallelismMixin, PreemptionMixin,
                   HandlersMixin, TriggerMixin, ProfilingMixin, DeviceMapMixin, LomoMixin):
     """Prepare a model, optimizer, dataloader and scheduler for the current launch setting.
@@ -135,8 +134,8 @@ class Accelerator(ProcessMixin, PrecisionMixin, DataMixin, _ckpt.CheckpointingMi
         self._dataloaders: list[Any] = []
         self._custom_objects: list[Any] = []
         self.step = 0
-        # checkpoints (accel/_checkpointing.py): ProjectConfiguration, save/load hooks
-        _ckpt.init_checkpointing(self, project_dir, project_config)
+        # checkpoints (accel/_checkpoint_mixin.py): ProjectConfiguration, save/load hooks
+        init_checkpointing(self, project_dir, project_config)
         # experiment tracking (accel/_tracking.py)
         _tracking.setup_tracking(self, log_with)
 
@@ -339,6 +338,8 @@ class Accelerator(ProcessMixin, PrecisionMixin, DataMixin, _ckpt.CheckpointingMi
         Written atomically (temporary file, then rename); ``safe_serialization=True`` writes a
         flat dict of tensors with safetensors.
         """
+        from accel_checkpoint.weights import save as _save_object
+
         _save_object(obj, f, save_on_each_node=self.project_configuration.save_on_each_node,
                      safe_serialization=safe_serialization)
 
