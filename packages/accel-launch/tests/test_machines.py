@@ -108,7 +108,7 @@ def test_the_plan_carries_the_job_and_bounds_torchs_waits() -> None:
     two = _plan("--cpu", "--num_machines", "2", "--machine_rank", "1", "--main_process_ip",
                 "10.0.0.1", "--main_process_port", "29400", "--rdzv_timeout", "120", "t.py")
     assert two.job == {"shape": _shape(config="abc"), "machine_rank": 1, "timeout": 120.0,
-                       "unreachable_limit": 60.0}
+                       "unreachable_limit": 45.0}
     assert two.config["rdzv_configs"] == {"rank": 1, "timeout": 120}
     c10d = _plan("--cpu", "--num_machines", "2", "--main_process_ip", "10.0.0.1",
                  "--main_process_port", "29400", "--max_restarts", "1", "t.py")

@@ -93,12 +93,20 @@ class Machines:
     def new_port(self) -> int:
         return next(_PORTS)
 
-    def launch(self, machine: int, *args: str, env: dict[str, str] | None = None) -> Launched:
+    def launch(self, machine: int, *args: str, env: dict[str, str | None] | None = None
+               ) -> Launched:
         """Start ``accel launch ARGS`` in namespace ``machine`` (output collected by
         :meth:`Launched.finish`)."""
-        cmd = ["ip", "netns", "exec", self.names[machine], sys.executable, "-m",
-               "accel_launch", "launch", *args]
-        env = {**worker_env(), "GLOO_SOCKET_IFNAME": self.interfaces[machine], **(env or {})}
+        return self.start(machine, [sys.executable, "-m", "accel_launch", "launch", *args],
+                          env)
+
+    def start(self, machine: int, argv: Sequence[str],
+              env: dict[str, str | None] | None = None) -> Launched:
+        """Start ``argv`` in namespace ``machine``; ``env`` adds variables to the test's
+        (a None value removes one)."""
+        cmd = ["ip", "netns", "exec", self.names[machine], *argv]
+        merged = {**worker_env(), "GLOO_SOCKET_IFNAME": self.interfaces[machine], **(env or {})}
+        env = {k: v for k, v in merged.items() if v is not None}
         popen = subprocess.Popen(cmd, cwd=REPO, env=env, text=True,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                  start_new_session=True)

@@ -1,5 +1,6 @@
 """`accel launch --dry_run`: the resolved configuration, where each value came from, the
-worker command and environment — printed, nothing started."""
+worker command and environment, and the equivalent `torchrun` command of every machine —
+printed, nothing started."""
 
 from __future__ import annotations
 
@@ -9,7 +10,42 @@ from accel_launch.flags import GROUPS
 from accel_launch.launch_plan import LaunchPlan
 from accel_launch.resolve import DEFAULT, Resolved
 
-__all__ = ["format_dry_run"]
+__all__ = ["format_dry_run", "torchrun_command"]
+
+_SHOWN_MACHINES = 8
+
+
+def _script_part(plan: LaunchPlan) -> list[str]:
+    """The worker command as torchrun takes it (it adds ``python -u`` itself)."""
+    args = list(plan.args)
+    if args[:1] == ["-u"]:
+        rest = args[1:]
+        return ["-m", *rest[1:]] if rest[:1] == ["-m"] else rest
+    return ["--no-python", plan.entrypoint, *args]
+
+
+def torchrun_command(plan: LaunchPlan, machine_rank: int) -> list[str]:
+    """The ``torchrun`` command line that starts machine ``machine_rank``'s part of
+    ``plan`` the same way (its environment: ``plan.env``)."""
+    cfg = plan.config
+    nodes = (str(cfg["max_nodes"]) if cfg["min_nodes"] == cfg["max_nodes"]
+             else f"{cfg['min_nodes']}:{cfg['max_nodes']}")
+    cmd = ["torchrun", "--nnodes", nodes, "--nproc-per-node", str(cfg["nproc_per_node"]),
+           "--node-rank", str(machine_rank), "--rdzv-backend", str(cfg["rdzv_backend"]),
+           "--rdzv-endpoint", str(cfg["rdzv_endpoint"]), "--rdzv-id", str(cfg["run_id"])]
+    conf = {k: v for k, v in cfg["rdzv_configs"].items() if k != "rank"}
+    if conf:
+        cmd += ["--rdzv-conf", ",".join(f"{k}={v}" for k, v in conf.items())]
+    cmd += ["--max-restarts", str(cfg["max_restarts"]), "--monitor-interval",
+            f"{cfg['monitor_interval']:g}", "--start-method", str(cfg["start_method"]),
+            "--role", str(cfg["role"])]
+    if cfg.get("shutdown_timeout") is not None:
+        cmd += ["--shutdown-timeout", str(cfg["shutdown_timeout"])]
+    if plan.log_dir:
+        cmd += ["--log-dir", plan.log_dir]
+    if plan.tee != "0":
+        cmd += ["--tee", plan.tee]
+    return [*cmd, *_script_part(plan)]
 
 
 def format_dry_run(resolved: Resolved, plan: LaunchPlan) -> str:
@@ -41,4 +77,15 @@ def format_dry_run(resolved: Resolved, plan: LaunchPlan) -> str:
     lines.append(f"worker command: {shlex.join(plan.command)}")
     lines.append("worker environment (added to the launcher's):")
     lines.extend(f"  {key}={value}" for key, value in sorted(plan.env.items()))
+    lines.append("")
+    machines = int(cfg["max_nodes"])
+    lines.append("as torchrun, on each machine with the worker environment above (torchrun "
+                 "lacks accel's checks before the rendezvous, its orphan guard and its stall "
+                 "watchdog):")
+    shown = range(machines) if machines <= _SHOWN_MACHINES else (0, 1, machines - 1)
+    for rank in shown:
+        if rank == machines - 1 and machines > _SHOWN_MACHINES:
+            lines.append(f"  ... (machine ranks 2 to {machines - 2}: the same, --node-rank "
+                         "changed)")
+        lines.append(f"  machine rank {rank}: {shlex.join(torchrun_command(plan, rank))}")
     return "\n".join(lines) + "\n"

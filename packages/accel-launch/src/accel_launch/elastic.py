@@ -247,24 +247,37 @@ def _watchdog(plan: LaunchPlan, folder: str | None) -> Any:
                     machines=int(plan.config["max_nodes"]))
 
 
+def _with_network_notes(args: argparse.Namespace, plan: LaunchPlan) -> LaunchPlan:
+    """``plan`` with a warning when this machine's hostname resolves to loopback in a
+    multi-machine launch (accel_launch.netcheck)."""
+    if args.num_machines < 2 or not args.main_process_ip:
+        return plan
+    from accel_launch.netcheck import loopback_hostname_warning
+
+    note = loopback_hostname_warning(args.main_process_ip, os.environ)
+    return dataclasses.replace(plan, warnings=(*plan.warnings, note)) if note else plan
+
+
 def run_launch(args: argparse.Namespace) -> int:
     """`accel launch`: resolve and check first (no process started on bad input), then run."""
     from accel_launch.resolve import resolve_launch_args
 
     resolved = resolve_launch_args(args)
     validate_launch_args(args)
+    digest = config_digest(resolved.config.raw if resolved.config else None)
     if args.dry_run:
         from accel_launch.dry_run import format_dry_run
 
         port = args.main_process_port if args.main_process_port is not None else 0
-        plan = build_launch_plan(args, probe_host(args), port, resolved.sources)
-        sys.stdout.write(format_dry_run(resolved, plan))
+        plan = build_launch_plan(args, probe_host(args), port, resolved.sources,
+                                 config_digest=digest)
+        sys.stdout.write(format_dry_run(resolved, _with_network_notes(args, plan)))
         return 0
     check_training_script(args)
     port = resolve_port(args)
-    digest = config_digest(resolved.config.raw if resolved.config else None)
     plan = build_launch_plan(args, probe_host(args), port, resolved.sources,
                              config_digest=digest)
+    plan = _with_network_notes(args, plan)
     if not args.quiet:
         for note in (*resolved.notes, *plan.warnings):
             print(f"{_PROG}: warning: {note}", file=sys.stderr)

@@ -75,8 +75,9 @@ _ELASTIC = Group("torch elastic (torchrun) options", "Rendezvous, restarts and w
          default="", metavar="K=V,..."),
     Flag(("--rdzv_timeout",), "Seconds the machines of a multi-machine launch have to join "
          "before the launch fails naming the missing ones (default 300, 5 minutes); a machine "
-         "that cannot reach machine 0's address fails after at most 60 s of it. Progress is "
-         "printed every tenth of it (5 to 30 s) while machines are missing.", "float",
+         "that cannot reach machine 0's address at all fails after at most 45 s of it. "
+         "Progress is printed every tenth of it (5 to 30 s) while machines are missing.",
+         "float",
          default=300.0, config=(_TOP, "rdzv_timeout"), metavar="SECONDS"),
     Flag(("--max_restarts",), "Restart the worker group up to N times after a failure; with "
          "load_state() the job continues from the newest verified checkpoint (default 0).",

@@ -37,10 +37,10 @@ __all__ = [
 DEFAULT_SHUTDOWN_TIMEOUT = 30
 DEFAULT_RDZV_TIMEOUT = 300.0
 """Seconds the machines have to join (--rdzv_timeout): minutes, not torch's 10 to 30."""
-UNREACHABLE_LIMIT = 60.0
+UNREACHABLE_LIMIT = 45.0
 """Seconds a machine keeps trying an address that does not answer at all (no route, time
-out) before it names it; one that refuses (machine 0 not started yet) is retried for the
-whole --rdzv_timeout."""
+out) before it names it, so that with the launcher's start it is named within a minute;
+one that refuses (machine 0 not started yet) is retried for the whole --rdzv_timeout."""
 """Seconds between the stop signal and SIGKILL when the launcher is interrupted (Ctrl-C,
 SIGTERM): long enough for workers to write a last checkpoint on preemption
 (``Accelerator.save_state_if_preempted``); workers that do not catch SIGTERM exit at once."""
