@@ -199,12 +199,18 @@ def report_unused(choice: Choice, config: StrategyConfig) -> None:
     one does not take it, is never silently dropped: an error naming it, how the strategy
     was chosen and which strategies take it (a warning for Accelerate's own
     ``DistributedDataParallelKwargs``, which Accelerate ignores without a word)."""
+    takes = set(getattr(choice.cls, "handler_kinds", {}))
+    # every strategy compiles (dynamo); a ready instance is the strategy itself
+    runs_with = set(getattr(choice.cls, "plugin_kinds", ())) | {"dynamo", "strategy"}
+    handlers = {k: h for k, h in config.handlers.items() if h is not None and k not in takes}
+    plugins = {k: p for k, p in config.plugins.items() if p is not None and k not in runs_with}
+    if not handlers and not plugins:
+        return  # everything given is taken: no need to load the other strategies
     classes = strategy_classes()
     name = getattr(choice.cls, "name", choice.cls.__name__)
-    takes = set(getattr(choice.cls, "handler_kinds", {}))
-    for kind, handler in config.handlers.items():
+    for kind, handler in handlers.items():
         takers = [n for n, c in classes.items() if kind in getattr(c, "handler_kinds", {})]
-        if handler is None or kind in takes or not takers:
+        if not takers:
             continue
         message = (f"kwargs_handlers=[{type(handler).__name__}(...)] is not used: strategy "
                    f"{name!r} ({choice.route}) does not take it; strategies that do: "
@@ -214,10 +220,9 @@ def report_unused(choice: Choice, config: StrategyConfig) -> None:
                           stacklevel=5)  # the user's Accelerator(...) line
             continue
         raise ConfigurationError(message + " Drop the handler, or choose one of them.")
-    runs_with = set(getattr(choice.cls, "plugin_kinds", ()))
-    for kind, plugin in config.plugins.items():
+    for kind in plugins:
         takers = [n for n, c in classes.items() if kind in getattr(c, "plugin_kinds", ())]
-        if plugin is None or kind in runs_with or not takers:
+        if not takers:
             continue
         raise ConfigurationError(
             f"The {kind} plugin ({_PLUGIN_SOURCES.get(kind, kind)}) is not used: strategy "
