@@ -210,7 +210,8 @@ def run_plan(plan: LaunchPlan, *, quiet: bool = False, debug: bool = False) -> i
         return exit_code_of(failure.exitcode)
     except SignalException as exc:
         if isinstance(dog, Watchdog) and dog.summary is not None:
-            print(f"{_PROG}: error: {dog.summary}", file=sys.stderr)
+            lost = lost_machines_note()
+            print(f"{_PROG}: error: {lost + ' ' if lost else ''}{dog.summary}", file=sys.stderr)
             return STALL_EXIT_CODE
         print(f"{_PROG}: stopped by signal {exc.sigval.name}; the workers were stopped.",
               file=sys.stderr)
@@ -244,7 +245,8 @@ def _watchdog(plan: LaunchPlan, folder: str | None) -> Any:
     if folder is None:
         return contextlib.nullcontext()
     return Watchdog(folder, plan.stall_timeout, expected=int(plan.config["nproc_per_node"]),
-                    machines=int(plan.config["max_nodes"]))
+                    machines=int(plan.config["max_nodes"]),
+                    startup_timeout=plan.startup_timeout)
 
 
 def _with_network_notes(args: argparse.Namespace, plan: LaunchPlan) -> LaunchPlan:

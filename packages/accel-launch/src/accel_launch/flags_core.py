@@ -90,6 +90,13 @@ _ELASTIC = Group("torch elastic (torchrun) options", "Rendezvous, restarts and w
          "124); off disables it. Default: stall_timeout in the config file, else "
          "$ACCEL_STALL_TIMEOUT, else 1800. Multi-process launches only.",
          config=(_TOP, "stall_timeout"), metavar="SECONDS|off"),
+    Flag(("--startup_timeout",), "Seconds from the launch to the first step (the "
+         "rendezvous, init_process_group, the first collective, loading, the first compile) "
+         "before the launcher dumps every rank's Python stack and ends the job (exit code 124), "
+         "as --stall_timeout does once steps have begun: a machine that died while the job was "
+         "starting leaves the others blocked there. off disables it. Default: startup_timeout "
+         "in the config file, else 1800. Multi-process launches only.",
+         config=(_TOP, "startup_timeout"), metavar="SECONDS|off"),
     Flag(("--log_dir",), "Directory for the workers' log files (default: a temporary one).",
          metavar="DIR"),
     Flag(("-t", "--tee"), "Also write worker output to log files: 0 none, 1 stdout, 2 stderr, "

@@ -19,7 +19,11 @@ from typing import Any
 from accel_state import env
 from accel_state.errors import ConfigurationError
 
-from accel_launch.watchdog import DEFAULT_STALL_TIMEOUT, parse_stall_timeout
+from accel_launch.watchdog import (
+    DEFAULT_STALL_TIMEOUT,
+    DEFAULT_STARTUP_TIMEOUT,
+    parse_stall_timeout,
+)
 
 __all__ = [
     "DEFAULT_RDZV_TIMEOUT",
@@ -30,6 +34,7 @@ __all__ = [
     "local_process_count",
     "parse_rdzv_conf",
     "stall_timeout_of",
+    "startup_timeout_of",
     "total_process_count",
     "validate_launch_args",
 ]
@@ -88,6 +93,8 @@ class LaunchPlan:
     """Run the hang watchdog's beacons (more than one process in the job)."""
     stall_timeout: float | None = None
     """Seconds without a step before the watchdog ends the job (None: it only watches)."""
+    startup_timeout: float | None = None
+    """Seconds from the launch to the first step before the watchdog ends the job."""
     job: Mapping[str, Any] = field(default_factory=dict)
     """What the machines of a multi-machine launch compare before starting
     (:mod:`accel_launch.machines`): ``shape``, ``machine_rank``, ``timeout``,
@@ -168,6 +175,7 @@ def validate_launch_args(args: argparse.Namespace, *, check_plugin_flags: bool =
                           "use a positive number of seconds, e.g. --rdzv_timeout 300.")
     if getattr(args, "stall_timeout", None) is not None:
         parse_stall_timeout(args.stall_timeout)
+    startup_timeout_of(args)
 
 
 def stall_timeout_of(args: argparse.Namespace, host: HostInfo) -> float | None:
@@ -177,6 +185,13 @@ def stall_timeout_of(args: argparse.Namespace, host: HostInfo) -> float | None:
     if host.stall_timeout is not None and host.stall_timeout.strip():
         return parse_stall_timeout(host.stall_timeout, env.STALL_TIMEOUT.name)
     return DEFAULT_STALL_TIMEOUT
+
+
+def startup_timeout_of(args: argparse.Namespace) -> float | None:
+    """``--startup_timeout`` (or the config file's), else the default (None: off)."""
+    if getattr(args, "startup_timeout", None) is not None:
+        return parse_stall_timeout(args.startup_timeout, "--startup_timeout")
+    return DEFAULT_STARTUP_TIMEOUT
 
 
 def total_process_count(args: argparse.Namespace, host: HostInfo) -> int:
@@ -308,6 +323,7 @@ def build_launch_plan(args: argparse.Namespace, host: HostInfo, port: int,
         warnings=_plan_warnings(args, host, nproc),
         watch=watch,
         stall_timeout=stall_timeout if watch else None,
+        startup_timeout=startup_timeout_of(args) if watch else None,
         job=_job(args, nproc, rdzv_timeout, config_digest),
     )
 

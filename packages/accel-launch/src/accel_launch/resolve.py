@@ -184,13 +184,14 @@ def _check_strategy(resolved: Resolved) -> None:
 
 
 def _check_stall_timeout(resolved: Resolved) -> None:
-    """A config file's ``stall_timeout`` is refused naming the file, before anything starts
-    (the flag and the variable are checked with the launch plan)."""
-    source = resolved.sources.get("stall_timeout", "")
-    if resolved.config is not None and source == resolved.config.label:
-        from accel_launch.watchdog import parse_stall_timeout
+    """A config file's ``stall_timeout`` / ``startup_timeout`` is refused naming the file,
+    before anything starts (the flags and the variable are checked with the launch plan)."""
+    from accel_launch.watchdog import parse_stall_timeout
 
-        parse_stall_timeout(resolved.args.stall_timeout, f"stall_timeout in {source}")
+    for key in ("stall_timeout", "startup_timeout"):
+        source = resolved.sources.get(key, "")
+        if resolved.config is not None and source == resolved.config.label:
+            parse_stall_timeout(getattr(resolved.args, key), f"{key} in {source}")
 
 
 def _check_engines(resolved: Resolved) -> None:

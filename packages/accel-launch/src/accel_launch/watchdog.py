@@ -10,6 +10,11 @@ first compile never count, it makes every rank write its Python stack (SIGUSR1 -
 faulthandler), names the rank that stopped first — the fewest steps; among equals the one
 not waiting inside ``torch.distributed``, then the one idle longest — and ends the job.
 
+Start-up has a limit of its own (``--startup_timeout``, default 1800 s): counted from the
+launch (the rendezvous, ``init_process_group``, the first collective, loading, the first
+compile), it ends a job whose ranks never make their first step — a peer machine that died
+while the job was starting leaves the others blocked there.
+
 The same beacons name that rank when torch's collective timeout ends the job first: the
 rank that times out is a waiter, not the one that hung (:meth:`Watchdog.failure_note`).
 Single-process launches have no peer to wait for and run without a watchdog.
@@ -33,12 +38,15 @@ from typing import Any
 from accel_state.errors import ConfigurationError
 from accel_state.progress import RankProgress, read_progress
 
-__all__ = ["DEFAULT_STALL_TIMEOUT", "STALL_EXIT_CODE", "Stack", "Watchdog", "parse_stack",
-           "parse_stall_timeout", "pick_laggard", "quiet_torch_logs"]
+__all__ = ["DEFAULT_STALL_TIMEOUT", "DEFAULT_STARTUP_TIMEOUT", "STALL_EXIT_CODE", "Stack",
+           "Watchdog", "parse_stack", "parse_stall_timeout", "pick_laggard", "quiet_torch_logs"]
 
 DEFAULT_STALL_TIMEOUT = 1800.0
 """Seconds without a step before the job counts as hung: 30 minutes outlasts a long
 evaluation or checkpoint save between two steps; set it lower when steps are regular."""
+
+DEFAULT_STARTUP_TIMEOUT = 1800.0
+"""Seconds from the launch to the first step before the job counts as stuck starting."""
 
 STALL_EXIT_CODE = 124
 """Exit code of a launch the watchdog ended (``timeout(1)``'s), distinct from a crash."""
@@ -136,14 +144,19 @@ class Watchdog:
     """Reads the beacons in ``folder``; with a ``stall_timeout``, ends a job that stalls.
 
     ``expected`` local workers and ``machines`` only shape the message. Use as a context
-    manager around the agent's run; :attr:`summary` is set once it has fired.
+    manager around the agent's run; :attr:`summary` is set once it has fired. With a
+    ``startup_timeout`` it also ends a job with no first step that long after entering.
     """
 
     def __init__(self, folder: str, stall_timeout: float | None, *, expected: int = 0,
                  machines: int = 1, clock: Callable[[], float] = time.monotonic,
                  poll: float | None = None, dump_wait: float = 3.0, grace: float = 3.0,
-                 out: Any = None) -> None:
+                 out: Any = None, startup_timeout: float | None = None) -> None:
         self.folder, self.stall_timeout = folder, stall_timeout
+        self.startup_timeout = startup_timeout
+        self._armed_at: float | None = None  # the launch, or a restart: start-up begins
+        self.starting = False
+        """Whether it fired because no first step came (rather than a stall)."""
         self.expected, self.machines = expected, machines
         self._clock, self._dump_wait, self._grace = clock, dump_wait, grace
         base = stall_timeout if stall_timeout is not None else 100.0
@@ -167,6 +180,7 @@ class Watchdog:
             self._seen[rank] = _Seen(p, now)
             if old is not None and old.progress.pid != p.pid and p.steps == 0:
                 self._last_step = None  # a restarted worker: start-up again, not a stall
+                self._armed_at = now
             elif p.steps > 0:
                 self._last_step = now
 
@@ -179,8 +193,15 @@ class Watchdog:
         return (self.stall_timeout is not None and self._last_step is not None
                 and self._clock() - self._last_step >= self.stall_timeout)
 
+    def stuck_starting(self) -> bool:
+        """No step yet, ``startup_timeout`` after the launch (or the last restart)."""
+        return (self.startup_timeout is not None and self._last_step is None
+                and self._armed_at is not None
+                and self._clock() - self._armed_at >= self.startup_timeout)
+
     # -- the thread ---------------------------------------------------------------------------
     def __enter__(self) -> Watchdog:
+        self._armed_at = self._clock()
         self._thread = threading.Thread(target=self._run, name="accel-watchdog", daemon=True)
         self._thread.start()
         return self
@@ -193,7 +214,8 @@ class Watchdog:
     def _run(self) -> None:
         while not self._stop.wait(self._poll):
             self.observe()
-            if self.stalled():
+            if self.stalled() or self.stuck_starting():
+                self.starting = not self.stalled()
                 self.fire()
                 return
 
@@ -245,9 +267,8 @@ class Watchdog:
     # -- messages -----------------------------------------------------------------------------
     def stacks_report(self, stacks: Mapping[int, Stack], laggard: int | None) -> str:
         order = sorted(self._seen, key=lambda r: (r != laggard, r))
-        lines = [f"accel launch: no rank made a step for {self.stall_timeout:g} s "
-                 "(--stall_timeout): the Python stacks of this machine's ranks follow, "
-                 "the rank that stopped first first."]
+        lines = [f"accel launch: {self._what()}: the Python stacks of this machine's ranks "
+                 "follow, the rank that stopped first first."]
         for rank in order:
             p = self._seen[rank].progress
             role = "stopped first" if rank == laggard else (
@@ -258,19 +279,35 @@ class Watchdog:
                          "(no stack: the worker handles SIGUSR1 itself, or it has exited)")
         return "\n".join(lines)
 
+    def _what(self) -> str:
+        if self.starting:
+            return (f"no rank made its first step within {self.startup_timeout:g} s of the "
+                    "launch (--startup_timeout)")
+        return f"no rank made a step for {self.stall_timeout:g} s (--stall_timeout)"
+
     def stall_summary(self, stacks: Mapping[int, Stack], laggard: int | None) -> str:
-        limit = f"{self.stall_timeout:g} s"
-        tail = (f"No rank made a step for {limit} (--stall_timeout / ACCEL_STALL_TIMEOUT); "
-                f"the workers were stopped (exit code {STALL_EXIT_CODE}).")
+        if self.starting:
+            tail = (f"{self._what()[0].upper()}{self._what()[1:]}; the workers were stopped "
+                    f"(exit code {STALL_EXIT_CODE}).")
+        else:
+            tail = (f"No rank made a step for {self.stall_timeout:g} s (--stall_timeout / "
+                    f"ACCEL_STALL_TIMEOUT); the workers were stopped (exit code "
+                    f"{STALL_EXIT_CODE}).")
         if laggard is None:
+            if self.starting:
+                return f"the job did not start. {tail}{self._scope_note()}"
             return f"the job hung. {tail}"
         p = self._seen[laggard].progress
         most = max(s.progress.steps for s in self._seen.values())
         others = f" (the others reached {most})" if most > p.steps else ""
         stack = stacks.get(laggard)
         where = f", at {stack.where}" if stack is not None and stack.where else ""
-        text = (f"the job hung: {_who(p)} stopped first, after {_steps(p.steps)}{others}"
-                f"{where}; the other ranks were waiting for it. {tail}")
+        if self.starting:
+            text = (f"the job did not start: {_who(p)} stopped first{where}; the other ranks "
+                    f"were waiting for it. {tail}")
+        else:
+            text = (f"the job hung: {_who(p)} stopped first, after {_steps(p.steps)}{others}"
+                    f"{where}; the other ranks were waiting for it. {tail}")
         return text + self._scope_note()
 
     def _scope_note(self) -> str:

@@ -10,6 +10,9 @@ once a second until killed or for 120 s: a job that is running when the test int
 
 ``once OUT``: one all-reduce, then exit.
 
+``late OUT``: rank 1 writes OUT/rank-1.pid and sleeps 120 s before joining the process
+group, so the others wait in ``init_process_group`` (a peer dying during start-up).
+
 ``uneven OUT``: after one barrier rank 0 returns at once and the others sleep 120 s, so
 rank 0's launcher waits in torch's exit barrier.
 """
@@ -68,6 +71,13 @@ def once(out: Path) -> None:
     (out / f"rank-{dist.get_rank()}.done").write_text(os.environ.get("GROUP_RANK", "?"))
 
 
+def late(out: Path) -> None:
+    if os.environ["RANK"] == "1":
+        (out / "rank-1.pid").write_text(str(os.getpid()))
+        time.sleep(120)
+    dist.init_process_group("gloo")
+
+
 def uneven(out: Path) -> None:
     dist.init_process_group("gloo")
     dist.barrier()
@@ -79,4 +89,5 @@ def uneven(out: Path) -> None:
 if __name__ == "__main__":
     mode, folder = sys.argv[1], Path(sys.argv[2])
     folder.mkdir(parents=True, exist_ok=True)
-    {"train": train, "hold": hold, "once": once, "uneven": uneven}[mode](folder)
+    {"train": train, "hold": hold, "once": once, "late": late,
+     "uneven": uneven}[mode](folder)
