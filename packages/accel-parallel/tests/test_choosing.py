@@ -125,6 +125,18 @@ def test_the_code_and_the_launcher_naming_two_strategies_is_refused(state, regis
     assert type(same) is SingleDeviceStrategy
 
 
+def test_an_instance_and_a_name_for_another_strategy_are_refused(state, registered,
+                                                                 monkeypatch):
+    monkeypatch.setenv("ACCEL_STRATEGY", "needs-group")
+    with pytest.raises(ConfigurationError, match=r"^A ready SingleDeviceStrategy was given, but "
+                                                 r"named by ACCEL_STRATEGY .* names strategy "
+                                                 r"'needs-group': name one"):
+        select_strategy(_config(state, plugins={"strategy": SingleDeviceStrategy(state)}))
+    monkeypatch.setenv("ACCEL_STRATEGY", "single")  # the instance's own name: agreed
+    ready = SingleDeviceStrategy(state)
+    assert select_strategy(_config(state, plugins={"strategy": ready})) is ready
+
+
 def test_a_strategy_written_against_accepts_is_still_chosen(state, registered):
     from accel_parallel import choosing
 

@@ -125,9 +125,13 @@ def require_runnable(choice: Choice, environment: RunEnvironment) -> None:
 def choose(config: StrategyConfig) -> Choice:
     """Which strategy ``config`` chooses and why, without building or checking it."""
     ready = config.plugins.get("strategy")
-    if ready is not None:  # a Strategy instance given where Accelerate takes a plugin
-        return Choice(type(ready), "given as a Strategy instance", config, ready)
     requested, route = _requested(config)
+    if ready is not None:  # a Strategy instance given where Accelerate takes a plugin
+        if requested and not isinstance(ready, resolve_name(requested)[0]):
+            raise ConfigurationError(
+                f"A ready {type(ready).__name__} was given, but {route} names strategy "
+                f"{requested!r}: name one (drop the instance, or the name).")
+        return Choice(type(ready), "given as a Strategy instance", config, ready)
     options, source = ((dict(config.options), "StrategyConfig(options=...)")
                        if config.options is not None else (env_options(), ENV_SOURCE))
     if requested:
