@@ -15,7 +15,7 @@ import pytest
 BUILDERS = [
     (test_cmd.test_command_parser, "test", [], {"config_file": None}, test_cmd.test_command),
     (estimate_cmd.estimate_command_parser, "estimate-memory", ["pkg.mod:build"],
-     {"model": "pkg.mod:build", "dtypes": ["float32", "float16", "int8", "int4"],
+     {"model_name": "pkg.mod:build", "dtypes": ["float32", "float16", "int8", "int4"],
       "library_name": None, "trust_remote_code": False}, estimate_cmd.estimate_command),
     (to_fsdp2_cmd.to_fsdp2_command_parser, "to-fsdp2", ["--config_file", "c.yaml"],
      {"config_file": "c.yaml", "output_file": None, "overwrite": False},
