@@ -69,6 +69,8 @@ def once(out: Path) -> None:
     dist.init_process_group("gloo")
     dist.all_reduce(torch.ones(1))
     (out / f"rank-{dist.get_rank()}.done").write_text(os.environ.get("GROUP_RANK", "?"))
+    dist.barrier()
+    dist.destroy_process_group()  # exiting with gloo's threads alive can abort the process
 
 
 def late(out: Path) -> None:
