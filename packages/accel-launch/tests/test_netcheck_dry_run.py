@@ -6,7 +6,7 @@ from __future__ import annotations
 from accel_launch.dry_run import torchrun_command
 from accel_launch.launch import launch_command_parser
 from accel_launch.launch_plan import HostInfo, build_launch_plan
-from accel_launch.netcheck import loopback_hostname_warning
+from accel_launch.netcheck import address_to_advertise, loopback_hostname_warning
 
 
 def _resolve(table: dict[str, list[str]]):
@@ -37,6 +37,16 @@ def test_no_warning_when_an_interface_is_named_or_nothing_is_on_loopback() -> No
     assert loopback_hostname_warning("10.0.0.1", {}, hostname="good", **kw) is None
     # every machine on this host (tests, a laptop): loopback is right
     assert loopback_hostname_warning("127.0.0.1", {}, hostname="node7", **kw) is None
+
+
+def test_c10d_advertises_the_address_towards_machine_0_only_where_the_hostname_is_loopback(
+        ) -> None:
+    table = _resolve({"node7": ["127.0.1.1"], "good": ["10.0.0.2"], "10.0.0.1": ["10.0.0.1"],
+                      "127.0.0.1": ["127.0.0.1"]})
+    kw = {"resolve": table, "towards": lambda host: ("10.0.0.2", "ens5")}
+    assert address_to_advertise("10.0.0.1", hostname="node7", **kw) == "10.0.0.2"
+    assert address_to_advertise("10.0.0.1", hostname="good", **kw) is None
+    assert address_to_advertise("127.0.0.1", hostname="node7", **kw) is None
 
 
 def _plan(*argv: str):

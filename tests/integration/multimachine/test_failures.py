@@ -32,6 +32,8 @@ def _finish_all(launched, limit: float) -> list[float]:
     ("num_machines", {}, {"num_machines": "3"}, ("2", "3")),
     ("processes_per_machine", {"num_processes": "2"}, {"num_processes": "4"}, ("1", "2")),
     ("mixed_precision", {}, {"mixed_precision": "bf16"}, ("no", "bf16")),
+    ("processes_per_machine", {"num_processes": "2", "rdzv_backend": "c10d"},
+     {"num_processes": "4", "rdzv_backend": "c10d"}, ("1", "2")),
 ])
 def test_machines_that_disagree_are_both_refused_naming_the_field(
         machines, tmp_path: Path, field: str, first: dict[str, str], second: dict[str, str],

@@ -1,4 +1,6 @@
-"""Static multi-machine runs across two network namespaces train exactly as one machine."""
+"""Multi-machine runs across two network namespaces: a static one trains exactly as one
+machine; a c10d one starts although the hostname resolves to loopback (machine 0 hosts the
+store, publishes its address)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import pytest
 
 pytestmark = pytest.mark.multiprocess
 
-TRAIN = str(Path(__file__).parent / "scripts" / "machines_train.py")
+TRAIN = ONCE_SCRIPT = str(Path(__file__).parent / "scripts" / "machines_train.py")
 
 
 def test_two_machines_train_exactly_like_one_machine_with_two_processes(
@@ -28,3 +30,13 @@ def test_two_machines_train_exactly_like_one_machine_with_two_processes(
     assert across["machines"] == ["0", "1"] and local["machines"] == ["0", "0"]
     assert across["world"] == local["world"] == 2
     assert across["weights"] == local["weights"]  # float.hex: bit for bit
+
+
+def test_a_c10d_run_across_machines_whose_hostname_is_loopback(machines, two_machine_flags,
+                                                               tmp_path: Path) -> None:
+    pair = machines.pair([[*flags, "--rdzv_backend", "c10d", ONCE_SCRIPT, "once",
+                           str(tmp_path)] for flags in two_machine_flags])
+    for launched in pair:
+        launched.finish(timeout=120)
+        assert launched.returncode == 0, launched.explain()
+    assert sorted(p.read_text() for p in tmp_path.glob("rank-*.done")) == ["0", "1"]

@@ -32,7 +32,12 @@ from accel_launch.heartbeat import lost_machines_note
 from accel_launch.launch_plan import HostInfo, LaunchPlan, build_launch_plan, validate_launch_args
 from accel_launch.lifeline import Lifeline
 from accel_launch.machines import MachinesError, config_digest
-from accel_launch.rendezvous import JOB_KEY, register_backends, wrapped_backend
+from accel_launch.rendezvous import (
+    JOB_KEY,
+    register_backends,
+    split_endpoint,
+    wrapped_backend,
+)
 from accel_launch.watchdog import STALL_EXIT_CODE, Watchdog, quiet_torch_logs
 
 __all__ = [
@@ -179,6 +184,13 @@ def _launch_config(plan: LaunchPlan) -> Any:
         register_backends()  # the machines meet before torch's rendezvous (rendezvous.py)
         config["rdzv_backend"] = wrapped
         config["rdzv_configs"] = {**config["rdzv_configs"], JOB_KEY: json.dumps(plan.job)}
+        if wrapped == "accel-c10d" and not config.get("local_addr"):
+            from accel_launch.netcheck import address_to_advertise
+
+            # c10d publishes machine 0's hostname to the others: not where it is loopback
+            address = address_to_advertise(split_endpoint(config["rdzv_endpoint"])[0])
+            if address:
+                config["local_addr"] = address
     return LaunchConfig(logs_specs=logs, **supported_config(config, LaunchConfig))
 
 

@@ -16,7 +16,7 @@ import struct
 import sys
 from collections.abc import Callable, Mapping
 
-__all__ = ["interface_towards", "loopback_hostname_warning"]
+__all__ = ["address_to_advertise", "interface_towards", "loopback_hostname_warning"]
 
 _SIOCGIFADDR = 0x8915
 
@@ -92,3 +92,18 @@ def loopback_hostname_warning(
             "gloo and NCCL would give the other machines that address, and the job would "
             f"hang or fail to connect. {fix[0].upper()}{fix[1:]}, or map the hostname to "
             "that address in /etc/hosts.")
+
+
+def address_to_advertise(main_ip: str, *, hostname: str | None = None,
+                         resolve: Callable[[str], list[str]] = _addresses_of,
+                         towards: Callable[[str], tuple[str | None, str | None]]
+                         = interface_towards) -> str | None:
+    """The address the c10d rendezvous should publish for this machine (torch's
+    ``local_addr``) where its default, the hostname, resolves to loopback while machine 0
+    is elsewhere: this machine's address towards ``main_ip``. None: keep torch's default."""
+    if any(_is_loopback(a) for a in resolve(main_ip)):
+        return None
+    name = hostname if hostname is not None else socket.gethostname()
+    if not any(_is_loopback(a) for a in resolve(name)):
+        return None
+    return towards(main_ip)[0]

@@ -10,7 +10,9 @@ rendezvous the agent and the workers use. What the wrapper adds before it:
   handler then shares (``multi_tenant``). Then the machines meet (claims, shapes, verdict)
   and only then does torch's handler run, at once. Each launcher then beats a counter in
   that store (:mod:`accel_launch.heartbeat`), so a failure can name a machine that was lost.
-- c10d: the same reachability check where the endpoint is another machine's, progress
+- c10d: machine 0 hosts the store when the endpoint is one of its addresses (torch only
+  compares it with the hostname's); the same reachability check where the endpoint is
+  another machine's, progress
   lines while torch's handler waits for the machines, then the meeting over the store of
   the round (group ranks, not --machine_rank, index the machines there).
 
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import datetime
 import errno
+import ipaddress
 import json
 import os
 import socket
@@ -60,6 +63,14 @@ def _create(params: Any) -> Any:
 
     config = dict(params.config)
     job = json.loads(config.pop(JOB_KEY))
+    host = split_endpoint(params.endpoint)[0]
+    if (params.backend == "accel-c10d" and "is_host" not in config
+            and int(job["machine_rank"]) == 0 and not _is_loopback(host)
+            and is_local_address(host)):
+        # torch finds the store's host by the hostname's addresses: where the hostname
+        # resolves to loopback (or the address is a second NIC's) no machine would host it.
+        # (On loopback every "machine" is this one: torch's first-come rule stays.)
+        config["is_host"] = "1"
     inner = rendezvous_handler_registry.create_handler(RendezvousParameters(
         backend=_WRAPS[params.backend], endpoint=params.endpoint, run_id=params.run_id,
         min_nodes=params.min_nodes, max_nodes=params.max_nodes,
@@ -70,6 +81,13 @@ def _create(params: Any) -> Any:
 def split_endpoint(endpoint: str) -> tuple[str, int]:
     host, _, port = endpoint.rpartition(":")
     return host.strip("[]"), int(port)
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 def is_local_address(host: str) -> bool:
