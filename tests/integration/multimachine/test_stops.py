@@ -36,7 +36,8 @@ def _namespace_empties(machines, machine: int, within: float) -> float:
     return time.monotonic() - start
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGKILL],
+                         ids=["SIGTERM", "SIGINT", "SIGHUP", "SIGKILL"])
 def test_a_stopped_launcher_leaves_no_worker(machines, tmp_path: Path, sig) -> None:
     launched = machines.launch(0, "--cpu", "--num_processes", "2", "--main_process_port",
                                str(machines.new_port()), SCRIPT, "hold", str(tmp_path))
@@ -82,3 +83,19 @@ def test_the_other_machine_names_a_machine_whose_launcher_was_killed(
     assert took < 60
     print(f"machine {killed} killed: its processes gone after {gone:.1f} s, machine "
           f"{1 - killed} named it and exited after {took:.1f} s")
+
+
+def test_a_launcher_waiting_for_the_other_machines_obeys_sigterm(machines, two_machine_flags,
+                                                                  tmp_path: Path) -> None:
+    launched = machines.launch(0, *two_machine_flags[0], "--rdzv_timeout", "50", SCRIPT, "once",
+                               str(tmp_path))  # a progress line every 5 s
+    deadline = time.monotonic() + 60
+    while "waiting for machines 1/2" not in (line := launched.popen.stderr.readline()):
+        assert line and time.monotonic() < deadline, "no progress line while waiting"
+    sent = time.monotonic()
+    launched.popen.send_signal(signal.SIGTERM)
+    launched.finish(30)
+    took = launched.ended - sent
+    assert launched.returncode == -signal.SIGTERM, launched.explain()
+    assert took < 3 and not machines.pids(0)
+    print(f"waiting for machines: SIGTERM obeyed in {took:.1f} s")
