@@ -52,10 +52,14 @@ def test_a_stopped_launcher_leaves_no_worker(machines, tmp_path: Path, sig) -> N
 
 def test_a_launcher_blocked_in_the_exit_barrier_obeys_sigterm(
         machines, two_machine_flags, tmp_path: Path) -> None:
-    pair = machines.pair([[*flags, SCRIPT, "uneven", str(tmp_path)]
-                          for flags in two_machine_flags])
+    pair = machines.pair([[*flags, "--rdzv_timeout", "50", SCRIPT, "uneven", str(tmp_path)]
+                          for flags in two_machine_flags])  # progress lines every 5 s
     _wait_for((tmp_path, "rank-*.pid"), 2, pair)
-    time.sleep(3)  # rank 0 has returned: its launcher waits for machine 1 in the barrier
+    deadline = time.monotonic() + 60
+    while "waiting for the other machines to finish" not in (
+            line := pair[0].popen.stderr.readline()):  # rank 0 has returned: the barrier
+        assert line and time.monotonic() < deadline, "no progress line in the exit barrier"
+    assert "workers have finished" in line and "s of torch's 300 s exit barrier)" in line
     sent = time.monotonic()
     pair[0].popen.send_signal(signal.SIGTERM)
     pair[0].finish(30)

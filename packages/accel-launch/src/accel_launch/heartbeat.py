@@ -9,6 +9,10 @@ the counters that do not move within a few intervals belong to machines that are
 Machine 0 holds the store: the others keep an idle connection to its port open (the one
 that found it reachable) and take its end-of-file as its loss, without a store call that
 would fail noisily in torch's C++ code.
+
+The same thread says when this machine's workers have finished and its launcher waits for
+the other machines in torch's exit barrier (up to 300 s, silent otherwise): one line every
+``every`` seconds.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import json
 import select
 import socket
+import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -42,9 +47,13 @@ class Heartbeat:
     """Beats ``PREFIX/alive/RANK`` in ``store`` from a daemon thread."""
 
     def __init__(self, store: Any, prefix: str, rank: int, world: int, *,
-                 line: socket.socket | None = None, interval: float = 1.0) -> None:
+                 line: socket.socket | None = None, interval: float = 1.0,
+                 every: float = 30.0, out: Any = None) -> None:
         self.store, self.prefix, self.rank, self.world = store, prefix, rank, world
-        self.line, self.interval = line, interval
+        self.line, self.interval, self.every, self._out = line, interval, every, out
+        self._main = threading.main_thread().ident or 0
+        self._barrier_since: float | None = None
+        self._next_line = 0.0
         peer = line.getpeername() if line is not None else None
         self._host = (f"machine rank 0 ({peer[0]}, which holds the rendezvous store)" if peer
                       else "machine rank 0 (it holds the rendezvous store)")
@@ -85,8 +94,30 @@ class Heartbeat:
         with self._lock:
             self.store.add(self.key("alive", self.rank), 1)
 
+    def _in_exit_barrier(self) -> bool:
+        frame = sys._current_frames().get(self._main)
+        while frame is not None:
+            if frame.f_code.co_name == "_exit_barrier":  # torch's agent, workers done
+                return True
+            frame = frame.f_back
+        return False
+
+    def _say_where(self) -> None:
+        if not self._in_exit_barrier():
+            self._barrier_since = None
+            return
+        now = time.monotonic()
+        if self._barrier_since is None:
+            self._barrier_since, self._next_line = now, now + self.every
+        elif now >= self._next_line:
+            self._next_line = now + self.every
+            print(f"accel launch: this machine's workers have finished; waiting for the other "
+                  f"machines to finish ({now - self._barrier_since:.0f} s of torch's 300 s "
+                  "exit barrier)", file=self._out or sys.stderr, flush=True)
+
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
+            self._say_where()
             if not self.host_alive():
                 return
             try:

@@ -232,7 +232,8 @@ class _MeetingRendezvous:
         meet(self._store, prefix=prefix, index=rank, world=world, me=self._me(address, rank),
              progress=progress, claim=True, lost=self._lost)
         if self._beat is None:
-            self._beat = Heartbeat(self._store, prefix, rank, world, line=self._line).start()
+            self._beat = Heartbeat(self._store, prefix, rank, world, line=self._line,
+                                   every=progress_interval(self.timeout)).start()
         return self._inner.next_rendezvous()
 
     def _c10d(self) -> Any:
