@@ -381,7 +381,7 @@ def test_missing_deepspeed_names_the_extra(state, monkeypatch):
 def test_deepspeed_is_registered_above_fsdp(state):
     assert STRATEGIES.get("deepspeed") is DeepSpeedStrategy
     assert DeepSpeedStrategy.priority > STRATEGIES.get("fsdp").priority
-    assert DeepSpeedStrategy.accepts(StrategyConfig(
+    assert DeepSpeedStrategy.claims(StrategyConfig(
         state=state, precision=NoPrecision(device=state.device),
         plugins={"deepspeed": {"default": DeepSpeedPlugin()}}))
 

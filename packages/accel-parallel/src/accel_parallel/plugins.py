@@ -4,7 +4,7 @@ strategies that read them, so the facade forwards its arguments and knows no bac
 :func:`resolve_plugins` turns ``fsdp_plugin=``, ``deepspeed_plugin(s)=``,
 ``parallelism_config=``, ``torch_tp_plugin=`` and ``dynamo_backend=`` / ``dynamo_plugin=``
 (or the ``ACCELERATE_USE_*`` variables the launcher sets) into the
-``StrategyConfig.plugins`` mapping the strategies ``accepts``: ``"fsdp"``, ``"deepspeed"``
+``StrategyConfig.plugins`` mapping the strategies ``claims``: ``"fsdp"``, ``"deepspeed"``
 (name -> ``DeepSpeedPlugin``), ``"parallelism_config"``, ``"tp"``, ``"dynamo"`` (and
 ``"strategy"``: a strategy instance the user built, used as it is). Which kinds
 cannot run together is declared once, in :data:`EXCLUSIVE` (:func:`conflicts`); which
@@ -32,7 +32,7 @@ __all__ = ["EXCLUSIVE", "LAUNCH_KINDS", "ResolvedPlugins", "conflicts", "enabled
 
 #: Plugin kind -> the kinds that cannot run with it: DeepSpeed shards the model its own way.
 #: The one declaration: the facade's resolution, the DeepSpeed strategy and the mesh
-#: strategy's ``accepts`` all read it.
+#: strategy's ``claims`` all read it.
 EXCLUSIVE: Mapping[str, frozenset[str]] = {
     "deepspeed": frozenset({"fsdp", "parallelism_config", "tp"}),
 }

@@ -1,13 +1,14 @@
 """Choose the strategy from the resolved configuration, by data rather than by ``if``.
 
 Every strategy registered in :data:`~accel_parallel.STRATEGIES` (entry-point group
-``accel.strategies``) says from which configuration it builds itself
-(:meth:`Strategy.accepts`); they are asked in order of :attr:`Strategy.priority`, so a new
-backend adds a registry entry, not a branch. A strategy named explicitly (``ACCEL_STRATEGY``
-or ``StrategyConfig.requested``; a config file's ``strategy:`` through the launcher) is built
+``accel.strategies``) says which configuration is its own (:meth:`Strategy.claims`); they
+are asked in order of :attr:`Strategy.priority`, so a new backend adds a registry entry,
+not a branch. A strategy named explicitly (``ACCEL_STRATEGY`` or
+``StrategyConfig.requested``; a config file's ``strategy:`` through the launcher) is taken
 without asking, with the options given by data (``ACCEL_STRATEGY_CONFIG``,
 ``StrategyConfig.options``) applied by its :meth:`Strategy.configure`. A name may be a
 :class:`~accel_parallel.strategy_options.StrategyPreset`: a strategy plus fixed options.
+Whichever way it was chosen, its :meth:`Strategy.check` runs before it is built.
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from accel_state import ConfigurationError, DistributedType
 
+from accel_parallel.deepspeed.combinations import refuse_combinations
 from accel_parallel.deepspeed.config import fill_auto, hidden_size_of
 from accel_parallel.deepspeed.dummies import DummyOptim, DummyScheduler, EngineScheduler
 from accel_parallel.deepspeed.plugin import DeepSpeedPlugin
@@ -32,7 +33,6 @@ from accel_parallel.deepspeed.runtime import (
     import_deepspeed,
     require_deepspeed,
 )
-from accel_parallel.plugins import conflicts
 from accel_parallel.strategy import BOUNDARY, NO_CONTEXT, PrepareRequest, Strategy
 from accel_parallel.unwrap import extract_model_from_parallel
 
@@ -84,18 +84,12 @@ class DeepSpeedStrategy(Strategy):
 
     @classmethod
     def check(cls, config: StrategyConfig, environment: RunEnvironment) -> list[Unmet]:
+        refuse_combinations(config.plugins)  # wrong anywhere: said before a missing package
         return deepspeed_unmet()
 
     @classmethod
     def from_config(cls, config: StrategyConfig) -> DeepSpeedStrategy:
-        from accel_parallel.mesh.sequence_parallel import check_sequence_parallel_runtime
-
-        check_sequence_parallel_runtime(config.plugins.get("parallelism_config"), "deepspeed")
-        others = conflicts("deepspeed", config.plugins)
-        if others:
-            raise ConfigurationError(
-                f"DeepSpeed cannot be combined with {', '.join(others)} (it shards the model "
-                "its own way): use DeepSpeed ZeRO alone, or FSDP2 / ParallelismConfig alone.")
+        refuse_combinations(config.plugins)
         require_deepspeed()
         plugins = config.plugins["deepspeed"]
         if isinstance(plugins, DeepSpeedPlugin):
