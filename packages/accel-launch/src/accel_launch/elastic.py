@@ -215,15 +215,12 @@ def run_plan(plan: LaunchPlan, *, quiet: bool = False, debug: bool = False) -> i
     except ChildFailedError as exc:
         root, failure = exc.get_first_failure()
         note = dog.failure_note(root) if isinstance(dog, Watchdog) else None
-        lost = lost_machines_note()
-        print(f"{_PROG}: error: {lost + ' ' if lost else ''}"
-              f"{describe_failures(exc.failures, root)}{' ' + note if note else ''}",
-              file=sys.stderr)
+        text = f"{describe_failures(exc.failures, root)}{' ' + note if note else ''}"
+        print(f"{_PROG}: error: {_after_lost(text)}", file=sys.stderr)
         return exit_code_of(failure.exitcode)
     except SignalException as exc:
         if isinstance(dog, Watchdog) and dog.summary is not None:
-            lost = lost_machines_note()
-            print(f"{_PROG}: error: {lost + ' ' if lost else ''}{dog.summary}", file=sys.stderr)
+            print(f"{_PROG}: error: {_after_lost(dog.summary)}", file=sys.stderr)
             return STALL_EXIT_CODE
         print(f"{_PROG}: stopped by signal {exc.sigval.name}; the workers were stopped.",
               file=sys.stderr)
@@ -250,6 +247,12 @@ def run_plan(plan: LaunchPlan, *, quiet: bool = False, debug: bool = False) -> i
         if folder:
             shutil.rmtree(folder, ignore_errors=True)
     return 0
+
+
+def _after_lost(text: str) -> str:
+    """``text``, after the name of the machine that was lost when there is one."""
+    lost = lost_machines_note()
+    return f"{lost} {text[:1].upper()}{text[1:]}" if lost else text
 
 
 def _watchdog(plan: LaunchPlan, folder: str | None) -> Any:

@@ -161,7 +161,6 @@ def lost_machines_note() -> str | None:
     lost = beat.roll_call()
     if not lost:
         return None
-    verb = "was" if len(lost) == 1 else "were"
-    return (f"{' and '.join(lost)} {verb} lost: it stopped answering while the job ran, so "
-            "the failures below on this machine followed from it (see that machine's "
-            "output, if it has any).")
+    verb, pronoun = ("was", "it") if len(lost) == 1 else ("were", "they")
+    return (f"{' and '.join(lost)} {verb} lost ({pronoun} stopped answering); what follows on "
+            "this machine is a consequence (see that machine's output, if it has any).")
