@@ -76,7 +76,33 @@ def ensure_process_group(device: torch.device, local_rank: int = 0) -> None:
     if not dist.is_initialized():
         dist.init_process_group(backend, rank=0, world_size=1,
                                 init_method=f"tcp://127.0.0.1:{_free_port()}")
-    import_deepspeed().init_distributed(dist_backend=dist.get_backend(), dist_init_required=False)
+    deepspeed = import_deepspeed()
+    _forget_stale_groups(deepspeed.utils.groups)
+    deepspeed.init_distributed(dist_backend=dist.get_backend(), dist_init_required=False)
+
+
+def _forget_stale_groups(groups: ModuleType) -> None:
+    """DeepSpeed keeps the groups it made from the world (its clone of the world, ZeRO++'s
+    intra-node group, its device mesh) for the life of the process: after the process group
+    was destroyed and made again (a notebook, a second Accelerator in one process), they
+    name a dead group and the next engine fails in torch ("Group ... is not registered").
+    Those no longer registered are dropped, so DeepSpeed makes them afresh."""
+    import torch.distributed as dist
+
+    def registered(group: Any) -> bool:
+        try:
+            dist.get_process_group_ranks(group)
+        except (KeyError, ValueError, RuntimeError):
+            return False
+        return True
+
+    for name in ("_WORLD_GROUP", "_ZERO_PARAM_INTRA_PARALLEL_GROUP"):
+        group = getattr(groups, name, None)
+        if group is not None and not registered(group):
+            setattr(groups, name, None)
+    mesh = getattr(groups, "mesh_device", None)
+    if mesh is not None and not all(registered(g) for g in mesh.get_all_groups()):
+        groups.mesh_device = None
 
 
 #: what DeepSpeed's one-time C++ builds take on a small (2-core) machine, measured here
