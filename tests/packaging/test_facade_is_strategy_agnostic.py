@@ -1,13 +1,17 @@
 """The facade never names a concrete strategy (DESIGN.md §4): it calls Strategy hooks only.
 
 Every import in ``packages/accel/src`` is read with ``ast``; importing a concrete strategy
-class (any ``Strategy`` subclass accel-parallel exports) or one of their modules fails.
+class (any ``Strategy`` subclass accel-parallel exports) or one of their modules fails, and
+so do a ``DistributedType`` comparison and a backend's name (``fsdp``, ``deepspeed``,
+``megatron``, ``zero3``) in the facade's code, except Accelerate's own public names, which
+the facade must spell as Accelerate does (an explicit list below, issue 40.6).
 """
 
 from __future__ import annotations
 
 import ast
 import inspect
+import re
 from pathlib import Path
 
 import accel_parallel
@@ -55,22 +59,15 @@ def test_no_facade_module_imports_a_concrete_strategy():
                            f"registry and the Strategy interface only: {offenders}")
 
 
-# -- plugin imports and DistributedType comparisons (issue 26, item 1) -------------------------
+# -- plugin imports and DistributedType comparisons (issue 26 item 1, issue 40 item 6) --------
 #: Accelerate's module paths that only re-export accel-parallel's names (``accel.utils``, ...)
 #: and Accelerate's own test scripts (user code, kept as Accelerate wrote it).
 SHELLS = {"__init__.py", "parallelism_config.py", "utils/__init__.py", "utils/dataclasses.py",
-          "utils/deepspeed.py", "utils/fsdp_utils.py"}
-#: The comparisons left in the facade, by file and the function holding each: Accelerate's own
-#: public names whose meaning *is* the run type (``is_fsdp2``; ``deepspeed_required``'s
-#: wrapper). Every other question about the run is the strategy's (``runs_distributed``,
-#: ``multi_device``, ``replicates_parameters``, ``plugins_in_use``) or accel-parallel's
-#: (``plugins.requested_distributed_type``). Any comparison elsewhere, a second one in these
-#: functions, or a set of ``DistributedType`` members to test against, fails.
-KNOWN_DISTRIBUTED_TYPE_COMPARISONS = {
-    ("_accelerator_state.py", "is_fsdp2"): 1,  # AcceleratorState.is_fsdp2
-    ("_requirements.py", "wrapper"): 1,  # deepspeed_required: the DeepSpeed-only helpers
-    ("accelerator.py", "is_fsdp2"): 1,  # Accelerator.is_fsdp2
-}
+          "utils/deepspeed.py", "utils/fsdp_utils.py", "utils/megatron_lm.py"}
+# No DistributedType comparison is left in the facade (issue 40.6): Accelerate's ``is_fsdp2``
+# asks the strategy's ``shards_parameters``, ``deepspeed_required`` asks accel-parallel's
+# ``state_view.refuse_other_runs``; every other question about the run is the strategy's
+# (``runs_distributed``, ``multi_device``, ``replicates_parameters``, ``plugins_in_use``).
 
 
 def _plugin_classes() -> set[str]:
@@ -152,15 +149,12 @@ def test_no_facade_module_imports_a_plugin_class():
                            f"forwards its arguments: {offenders}")
 
 
-def test_distributed_type_comparisons_in_the_facade_only_go_down():
-    found = {(rel, where): n for rel, tree in _facade_files()
+def test_no_distributed_type_comparison_in_the_facade():
+    found = {f"{rel}:{where or '<module>'}": n for rel, tree in _facade_files()
              for where, n in _comparisons(tree).items()}
-    grown = {key: n for key, n in found.items()
-             if n > KNOWN_DISTRIBUTED_TYPE_COMPARISONS.get(key, 0)}
-    assert not grown, ("a new DistributedType comparison in the facade: ask the strategy "
-                       f"(a Strategy property, plugins_in_use) instead: {grown}")
-    assert found == KNOWN_DISTRIBUTED_TYPE_COMPARISONS, (
-        "one went away: drop it from KNOWN_DISTRIBUTED_TYPE_COMPARISONS", found)
+    assert not found, ("a DistributedType comparison in the facade: ask the strategy (a "
+                       "RunCapabilities property, plugins_in_use) or accel_parallel.state_view "
+                       f"instead: {found}")
 
 
 def test_the_comparison_finder_sees_is_in_tuples_and_member_sets():
@@ -195,3 +189,91 @@ def test_no_facade_module_imports_a_backend_package():
                           if any(m == p or m.startswith(p + ".") for p in BACKEND_PACKAGES)]
     assert not offenders, ("a backend's knowledge belongs to its accel-parallel package, "
                            f"reached through a registry or the Strategy interface: {offenders}")
+
+
+# -- backend names (issue 40, item 6) ------------------------------------------------------------
+#: A backend's name in an identifier or a string the facade's code holds (docstrings and
+#: comments are prose, not logic, and are not read).
+BACKEND_WORDS = re.compile(r"fsdp|deepspeed|megatron|zero[0-3]\b|zero_stage|zero_optimization",
+                           re.IGNORECASE)
+#: Accelerate's public names that hold a backend word: the facade defines or forwards them
+#: spelled as Accelerate does; the logic behind them asks the strategy (``shards_parameters``)
+#: or accel-parallel (``accel_parallel.state_view``). Nothing else may name a backend.
+ACCELERATE_NAMES = frozenset({
+    # Accelerator(...) and AcceleratorState(...) arguments, the state's attributes
+    "fsdp_plugin", "deepspeed_plugin", "deepspeed_plugins", "megatron_lm_plugin",
+    # Accelerator / AcceleratorState properties and methods
+    "is_fsdp2", "get_deepspeed_plugin", "select_deepspeed_plugin",
+    # accelerate.utils / accelerate.checkpointing / accelerate.commands.launch helpers
+    "deepspeed_required", "get_fsdp2_grad_scaler", "merge_fsdp_weights",
+    "prepare_deepspeed_cmd_env", "deepspeed_launcher", "DEEPSPEED_MULTINODE_LAUNCHERS",
+    # accelerate.commands.to_fsdp2: the `accel to-fsdp2` verb
+    "to_fsdp2_command", "to_fsdp2_command_parser", "to_fsdp2_command_register",
+    "convert_config_to_fsdp2", "to-fsdp2",
+})
+#: The modules the names above are re-exported from (Accelerate's path and accel's home).
+RE_EXPORTED_MODULES = frozenset({"accel.commands.to_fsdp2", "accel_launch.to_fsdp2"})
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    holders = (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    return {id(node.body[0].value) for node in ast.walk(tree)
+            if isinstance(node, holders) and node.body and isinstance(node.body[0], ast.Expr)
+            and isinstance(node.body[0].value, ast.Constant)
+            and isinstance(node.body[0].value.value, str)}
+
+
+def _spellings(node: ast.AST, docstrings: set[int]) -> tuple[list[str], list[str]]:
+    """``(words, modules)`` that ``node`` spells: identifiers and strings, module paths."""
+    if isinstance(node, ast.Name):
+        return [node.id], []
+    if isinstance(node, ast.Attribute):
+        return [node.attr], []
+    if isinstance(node, ast.arg):
+        return [node.arg], []
+    if isinstance(node, ast.keyword):
+        return ([node.arg] if node.arg else []), []
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return [node.name], []
+    if isinstance(node, ast.Import):
+        return [a.asname for a in node.names if a.asname], [a.name for a in node.names]
+    if isinstance(node, ast.ImportFrom):
+        return [n for a in node.names for n in (a.name, a.asname) if n], [node.module or ""]
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return ([] if id(node) in docstrings else [node.value]), []
+    return [], []
+
+
+def _backend_names(tree: ast.AST) -> list[tuple[int, str]]:
+    """``(line, spelling)`` of every backend name outside :data:`ACCELERATE_NAMES` and
+    :data:`RE_EXPORTED_MODULES`."""
+    docstrings = _docstrings(tree)
+    found = []
+    for node in ast.walk(tree):
+        words, modules = _spellings(node, docstrings)
+        found += [(node.lineno, w) for w in words
+                  if BACKEND_WORDS.search(w) and w not in ACCELERATE_NAMES]
+        found += [(node.lineno, m) for m in modules
+                  if BACKEND_WORDS.search(m) and m not in RE_EXPORTED_MODULES]
+    return found
+
+
+def test_the_name_finder_reads_code_not_prose():
+    source = ('"""Runs FSDP."""\nimport accel_parallel.fsdp as sharding\n'
+              "from accel_launch.to_fsdp2 import to_fsdp2_command\n"
+              "def f(fsdp_plugin, use_deepspeed=False):\n"
+              '    """DeepSpeed too."""\n    # zero3 in a comment\n'
+              '    kind = "deepspeed" if use_deepspeed else f"zero3-{fsdp_plugin}"\n'
+              "    return state.is_fsdp2 or kind.megatron_lm\n")
+    found = sorted(w for _, w in _backend_names(ast.parse(source)))
+    assert found == ["accel_parallel.fsdp", "deepspeed", "megatron_lm", "use_deepspeed",
+                     "use_deepspeed", "zero3-"], found
+
+
+def test_no_backend_name_in_the_facade_logic():
+    offenders = [f"{rel}:{line} {word[:60]!r}" for rel, tree in _facade_files()
+                 if rel not in BACKEND_SHELLS for line, word in _backend_names(tree)]
+    assert not offenders, (
+        "the facade names a backend: ask the strategy (accel_parallel.capabilities."
+        "RunCapabilities) or accel_parallel (state_view, plugins) instead; only Accelerate's "
+        f"own public names are spelled here (ACCELERATE_NAMES): {offenders}")

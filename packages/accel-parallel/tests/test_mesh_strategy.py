@@ -60,3 +60,21 @@ def test_every_model_goes_tp_then_checkpointing_then_compile_then_data_parallel(
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def test_the_mesh_strategy_says_whether_it_shards_parameters(state):
+    """``shards_parameters`` (Accelerate's ``is_fsdp2``, issue 40.6): FSDP2 asked for shards;
+    a mesh that shards nothing (one process, no FSDP plugin) does not, whatever it wraps."""
+    import torch.distributed as dist
+    from accel_parallel.fsdp.sharding import ensure_process_group
+
+    try:
+        ensure_process_group(state)
+        fsdp = FSDP2Strategy(state, plugin=FullyShardedDataParallelPlugin())
+        assert fsdp.shards_parameters and not fsdp.replicates_parameters
+        plain = ParallelismStrategy(state, parallelism=ParallelismConfig())
+        assert not plain.shards_parameters
+        assert "fsdp" not in plain.plugins_in_use
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()

@@ -16,7 +16,7 @@ from accel_parallel import (
     select_strategy,
 )
 from accel_parallel.mesh.context_parallel import check_context_parallel_device
-from accel_parallel.mesh.strategy import _check_plugin_agrees, resolve_parallelism
+from accel_parallel.mesh.sizes import check_plugin_agrees, resolve_parallelism
 from accel_precision import NoPrecision
 from accel_state import ConfigurationError
 
@@ -53,7 +53,8 @@ def test_defaults_are_ones_and_sizes_come_from_the_environment(monkeypatch):
     ({"dp_shard_size": True}, r"dp_shard_size=True must be an integer"),
     ({"cp_size": "x"}, r"cp_size='x'"),
     ({"cp_backend": "ring"}, r"cp_backend='ring' is not valid; use one of torch"),
-    ({"sp_backend": "magic"}, r"sp_backend='magic' is not valid; use one of deepspeed, torch, accelerate"),
+    ({"sp_backend": "magic"},
+     r"sp_backend='magic' is not valid; use one of deepspeed, torch, accelerate"),
     ({"cp_size": 2, "sp_size": 2}, r"cp_size=2 and sp_size=2"),
     ({"tp_handler": {"enable_async_tp": True}}, r"tp_handler=.* must be a "
                                                 r"TorchTensorParallelConfig"),
@@ -122,14 +123,14 @@ def test_resolution_for_a_world():
 def test_an_fsdp_plugin_must_describe_the_same_mesh():
     hybrid = FullyShardedDataParallelPlugin(sharding_strategy="HYBRID_SHARD")
     with pytest.raises(ConfigurationError, match="'HYBRID_SHARD'.*is not hybrid"):
-        _check_plugin_agrees(ParallelismConfig(dp_shard_size=4), hybrid)
-    _check_plugin_agrees(ParallelismConfig(dp_replicate_size=2, dp_shard_size=2), hybrid)
+        check_plugin_agrees(ParallelismConfig(dp_shard_size=4), hybrid)
+    check_plugin_agrees(ParallelismConfig(dp_replicate_size=2, dp_shard_size=2), hybrid)
     no_shard = FullyShardedDataParallelPlugin(sharding_strategy="NO_SHARD")
     with pytest.raises(ConfigurationError, match="NO_SHARD.*shards over 2 processes"):
-        _check_plugin_agrees(ParallelismConfig(dp_shard_size=2), no_shard)
+        check_plugin_agrees(ParallelismConfig(dp_shard_size=2), no_shard)
     with pytest.raises(ConfigurationError, match="'FULL_SHARD'.*nothing to shard"):
-        _check_plugin_agrees(ParallelismConfig(tp_size=2), FullyShardedDataParallelPlugin())
-    _check_plugin_agrees(ParallelismConfig(), FullyShardedDataParallelPlugin())  # one process
+        check_plugin_agrees(ParallelismConfig(tp_size=2), FullyShardedDataParallelPlugin())
+    check_plugin_agrees(ParallelismConfig(), FullyShardedDataParallelPlugin())  # one process
 
 
 def test_context_parallel_needs_cuda():

@@ -31,8 +31,9 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import torch
 from accel_precision import NoPrecision, Precision
-from accel_state import DistributedType, MicroStep
+from accel_state import MicroStep
 
+from accel_parallel.capabilities import RunCapabilities
 from accel_parallel.choosing import Choosable
 from accel_parallel.compile import compile_model, has_compiled_regions, is_compiled_module
 from accel_parallel.rebind import parameter_moves, rebind_optimizer
@@ -48,15 +49,6 @@ from accel_parallel.compile import TorchDynamoPlugin
 
 __all__ = ["Strategy", "SupportsNoSync", "STRATEGIES", "PrepareRequest", "StrategyConfig",
            "NO_CONTEXT", "BOUNDARY"]
-
-#: Accelerate's run types of plain data parallelism over accelerators of one kind, and those
-#: whose replicas hold whole parameters (they add one process and CPU processes)
-_MULTI_DEVICE = frozenset({
-    DistributedType.MULTI_GPU, DistributedType.MULTI_MLU, DistributedType.MULTI_SDAA,
-    DistributedType.MULTI_MUSA, DistributedType.MULTI_NPU, DistributedType.MULTI_XPU,
-    DistributedType.MULTI_HPU, DistributedType.MULTI_NEURON})
-_REPLICATED = _MULTI_DEVICE - {DistributedType.MULTI_NEURON} | {DistributedType.NO,
-                                                              DistributedType.MULTI_CPU}
 
 #: The shared no-op context the base hooks return (entering it has no state): a caller on a
 #: hot path may skip entering it, as ``accumulate()`` does on every micro-step.
@@ -111,10 +103,12 @@ class PrepareRequest:
     accumulation_steps: int = 1
 
 
-class Strategy(Choosable):
+class Strategy(Choosable, RunCapabilities):
     """Base strategy: one process, one device; every hook is that setting's behaviour.
     How strategies are chosen, checked and given options: :class:`~accel_parallel.choosing.
-    Choosable` (``claims``, ``check``, ``priority``, ``handler_kinds``, ``options_class``).
+    Choosable` (``claims``, ``check``, ``priority``, ``handler_kinds``, ``options_class``);
+    what the facade may ask about the run: :class:`~accel_parallel.capabilities.
+    RunCapabilities` (``shards_parameters``, ``replicates_parameters``, ...).
 
     Args:
         state: the process's :class:`~accel_state.PartialState` (device, ranks).
@@ -134,30 +128,7 @@ class Strategy(Choosable):
         # whether accumulation micro-steps have anything to defer (``no_sync`` overridden)
         self._defers_sync = type(self).no_sync is not Strategy.no_sync
 
-    # -- topology -----------------------------------------------------------------------------
-    @property
-    def distributed_type(self) -> DistributedType:
-        """Accelerate's ``DistributedType`` of this run (``NO``, ``MULTI_CPU``, ``FSDP``, ...)."""
-        return self.state.distributed_type
-
-    @property
-    def runs_distributed(self) -> bool:
-        """Whether the run is distributed in Accelerate's sense: :attr:`distributed_type` is
-        not ``NO`` (several processes, or one under an engine of its own: FSDP, DeepSpeed)."""
-        return self.distributed_type is not DistributedType.NO
-
-    @property
-    def multi_device(self) -> bool:
-        """Accelerate's ``multi_device``: plain data parallelism over several accelerators
-        of one kind (False for CPU processes and for FSDP / DeepSpeed, types of their own)."""
-        return self.state.use_distributed and self.distributed_type in _MULTI_DEVICE
-
-    @property
-    def replicates_parameters(self) -> bool:
-        """Whether each replica holds whole, ordinary parameters that can be averaged
-        (``LocalSGD``): plain data parallelism or one process, not a sharding engine."""
-        return self.distributed_type in _REPLICATED
-
+    # -- topology (the run-type questions: accel_parallel.capabilities) -----------------------
     @property
     def dp_size(self) -> int:
         """Number of data-parallel replicas: how many different batches one step sees."""
@@ -304,13 +275,6 @@ class Strategy(Choosable):
                         ) -> contextlib.AbstractContextManager[Any]:
         """The context of ``accelerator.autocast()``: the precision's autocast by default."""
         return self.precision.forward_context(autocast_handler)
-
-    @property
-    def plugins_in_use(self) -> dict[str, Any]:
-        """The plugins this strategy runs with, by Accelerate's kind (``"fsdp"``, ...),
-        including the ones it built itself (an FSDP2 plugin made for a ``ParallelismConfig``
-        that shards): what ``AcceleratorState`` reports. None by default."""
-        return {}
 
     def unscale_gradients(self, optimizer: torch.optim.Optimizer) -> None:
         """Bring ``optimizer``'s gradients to their true scale (before clipping)."""

@@ -15,16 +15,23 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from accel_parallel.plugins import requested_distributed_type
-from accel_state import ConfigurationError, DistributedType, PartialState, env
+from accel_parallel.state_view import (
+    PLUGIN_ATTRIBUTES,
+    RunView,
+    plugin_named,
+    refuse_unsupported_plugins,
+    requested_view,
+    selected_plugin,
+    strategy_view,
+)
+from accel_state import ConfigurationError, PartialState, env
 from accel_state.state import SharedDict, _missing_attribute
 
 __all__ = ["AcceleratorState"]
 
 #: what the shared state holds once built: the process state's and the resolved run's
-_STATE_ATTRIBUTES = PartialState._STATE_ATTRIBUTES | {
-    "mixed_precision", "dynamo_plugin", "deepspeed_plugins", "fsdp_plugin", "torch_tp_plugin",
-    "megatron_lm_plugin", "parallelism_config", "device_mesh", "downcast_bfloat"}
+_STATE_ATTRIBUTES = PartialState._STATE_ATTRIBUTES | PLUGIN_ATTRIBUTES | {
+    "mixed_precision", "device_mesh", "downcast_bfloat"}
 
 
 class AcceleratorState:
@@ -44,11 +51,7 @@ class AcceleratorState:
                  megatron_lm_plugin: Any = None, parallelism_config: Any = None,
                  _from_accelerator: bool = False, **kwargs: Any) -> None:
         self.__dict__ = self._shared_state
-        if megatron_lm_plugin is not None:
-            raise ConfigurationError(
-                "megatron_lm_plugin is not supported: accel runs tensor and pipeline "
-                "parallelism with torch-native parallelism instead; pass "
-                "parallelism_config=ParallelismConfig(tp_size=..., dp_shard_size=...).")
+        refuse_unsupported_plugins("AcceleratorState", megatron_lm_plugin=megatron_lm_plugin)
         if self.initialized:
             if mixed_precision is not None and str(mixed_precision) != self.mixed_precision:
                 raise ConfigurationError(
@@ -58,14 +61,12 @@ class AcceleratorState:
                     "Accelerator instead (a new Accelerator refreshes the state).")
             return
         state = PartialState(cpu, **kwargs)
-        # the rule lives beside the plugin resolution (accel_parallel.plugins.LAUNCH_KINDS)
-        distributed_type = requested_distributed_type(
-            state.distributed_type, fsdp=fsdp_plugin, deepspeed=deepspeed_plugin)
-        self._fill(mixed_precision=str(mixed_precision or env.MIXED_PRECISION.get() or "no"),
-                   distributed_type=distributed_type, dynamo_plugin=dynamo_plugin,
-                   deepspeed_plugin=deepspeed_plugin, fsdp_plugin=fsdp_plugin,
-                   torch_tp_plugin=torch_tp_plugin, parallelism_config=parallelism_config,
-                   device_mesh=None)
+        # the rule lives beside the plugin resolution (accel_parallel.state_view)
+        view = requested_view(state.distributed_type, dynamo_plugin=dynamo_plugin,
+                              deepspeed_plugin=deepspeed_plugin, fsdp_plugin=fsdp_plugin,
+                              torch_tp_plugin=torch_tp_plugin,
+                              parallelism_config=parallelism_config)
+        self._fill(str(mixed_precision or env.MIXED_PRECISION.get() or "no"), view)
 
     @classmethod
     def _for_accelerator(cls, strategy: Any, plugins: Mapping[str, Any]) -> AcceleratorState:
@@ -74,19 +75,11 @@ class AcceleratorState:
         cls._shared_state.clear()
         self = cls.__new__(cls)
         self.__dict__ = cls._shared_state
-        used = {**plugins, **strategy.plugins_in_use}  # what runs, also what it built itself
-        self._fill(mixed_precision=strategy.mixed_precision,
-                   distributed_type=strategy.distributed_type,
-                   dynamo_plugin=used.get("dynamo"),
-                   deepspeed_plugin=used.get("deepspeed"), fsdp_plugin=used.get("fsdp"),
-                   torch_tp_plugin=used.get("tp"),
-                   parallelism_config=used.get("parallelism_config"),
-                   device_mesh=getattr(strategy, "device_mesh", None))
+        # what runs, also what the strategy built itself (accel_parallel.state_view)
+        self._fill(strategy.mixed_precision, strategy_view(strategy, plugins))
         return self
 
-    def _fill(self, *, mixed_precision: str, distributed_type: DistributedType,
-              dynamo_plugin: Any, deepspeed_plugin: Any, fsdp_plugin: Any,
-              torch_tp_plugin: Any, parallelism_config: Any, device_mesh: Any) -> None:
+    def _fill(self, mixed_precision: str, view: RunView) -> None:
         # the process state's plain attributes (device, ranks, ...) as our own, as Accelerate
         # does, so reading them costs a dict lookup; its methods and properties go through
         # __getattr__ to the one PartialState
@@ -94,17 +87,10 @@ class AcceleratorState:
         self.__dict__.update(partial.__dict__)
         self._partial = partial
         self.mixed_precision = mixed_precision
-        self.distributed_type = distributed_type
-        self.dynamo_plugin = dynamo_plugin
-        if deepspeed_plugin is None or isinstance(deepspeed_plugin, Mapping):
-            self.deepspeed_plugins = dict(deepspeed_plugin) if deepspeed_plugin else None
-        else:
-            self.deepspeed_plugins = {"default": deepspeed_plugin}
-        self.fsdp_plugin = fsdp_plugin
-        self.torch_tp_plugin = torch_tp_plugin
-        self.megatron_lm_plugin = None
-        self.parallelism_config = parallelism_config
-        self.device_mesh = device_mesh
+        self.distributed_type = view.distributed_type
+        self.__dict__.update(view.plugins)  # Accelerate's plugin attributes, by name
+        self._shards_parameters = view.shards_parameters
+        self.device_mesh = view.device_mesh
         self.downcast_bfloat = False
         self._initialized = True
 
@@ -151,26 +137,19 @@ class AcceleratorState:
     # -- plugins ----------------------------------------------------------------------------------
     @property
     def is_fsdp2(self) -> bool:
-        """Whether FSDP runs (accel's FSDP is always FSDP2, ``fully_shard``)."""
-        return self.distributed_type is DistributedType.FSDP and self.fsdp_plugin is not None
+        """Whether models are sharded on the mesh (the strategy's ``shards_parameters``;
+        accel's FSDP is always FSDP2, ``fully_shard``)."""
+        _ = self.distributed_type  # after _reset_state(): the AttributeError that says so
+        return bool(self._shared_state.get("_shards_parameters"))
 
     @property
     def deepspeed_plugin(self) -> Any:
         """The DeepSpeed plugin in use (the selected one of several), else None."""
-        plugins = self.deepspeed_plugins
-        if not plugins:
-            return None
-        selected = [p for p in plugins.values() if getattr(p, "selected", False)]
-        return selected[0] if selected else next(iter(plugins.values()))
+        return selected_plugin(self.deepspeed_plugins)
 
     def get_deepspeed_plugin(self, name: str) -> Any:
         """The DeepSpeed plugin registered as ``name`` (``Accelerator(deepspeed_plugins=...)``)."""
-        plugins = self.deepspeed_plugins or {}
-        if name not in plugins:
-            raise ConfigurationError(
-                f"No DeepSpeed plugin named {name!r}; the Accelerator has "
-                f"{sorted(plugins) or 'none'}.")
-        return plugins[name]
+        return plugin_named(self.deepspeed_plugins, name)
 
     def select_deepspeed_plugin(self, name: str | None = None) -> None:
         """Make ``name`` the active DeepSpeed plugin (the one the next ``prepare`` uses)."""

@@ -61,8 +61,9 @@ class ParallelismMixin:
 
     @property
     def is_composable_parallelism_enabled(self) -> bool:
-        """Whether models are sharded on a device mesh with FSDP2 (Accelerate's meaning)."""
-        return bool(getattr(self, "is_fsdp2", False))
+        """Whether models are sharded on a device mesh with FSDP2 (Accelerate's meaning: the
+        strategy's ``shards_parameters``)."""
+        return bool(self._strategy.shards_parameters)
 
     @property
     def should_save_model(self) -> bool:

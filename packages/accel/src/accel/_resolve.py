@@ -22,6 +22,7 @@ from accel_parallel import (
     strategy_handler_kinds,
 )
 from accel_parallel.plugins import resolve_plugins as _resolve_plugins
+from accel_parallel.state_view import refuse_unsupported_plugins
 from accel_precision import (
     AORecipeKwargs,
     AutocastKwargs,
@@ -36,14 +37,13 @@ from accel_state import (
     InitProcessGroupKwargs,
     KwargsHandler,
     PartialState,
-    env,
 )
 
 from accel._profiling import ProfileKwargs
 
 __all__ = ["Handlers", "collect_handlers", "resolve_precision", "resolve_accumulation",
            "resolve_plugins", "resolve_strategy", "reject_unknown_arguments",
-           "refuse_megatron"]
+           "refuse_unsupported_plugins"]
 
 #: arguments Accelerate took (or takes) that accel receives another way
 _MOVED_ARGUMENTS = {
@@ -51,22 +51,6 @@ _MOVED_ARGUMENTS = {
     "even_batches": "dataloader_config=DataLoaderConfiguration(even_batches=...)",
     "use_seedable_sampler": "dataloader_config=DataLoaderConfiguration(use_seedable_sampler=...)",
 }
-
-
-def refuse_megatron(plugin: Any) -> None:
-    """Accelerate's ``megatron_lm_plugin``: accepted as None (its default), refused otherwise,
-    as is ``ACCELERATE_USE_MEGATRON_LM`` (from which Accelerate would build one)."""
-    if plugin is not None:
-        raise ConfigurationError(
-            f"Accelerator(megatron_lm_plugin={plugin!r}) is not supported: accel runs tensor "
-            "and pipeline parallelism with torch's own, on one mesh; pass "
-            "parallelism_config=ParallelismConfig(tp_size=..., ...) instead.")
-    found = env.USE_MEGATRON_LM.raw()
-    if found is not None and env.USE_MEGATRON_LM.get_bool():
-        raise ConfigurationError(
-            f"{found[0]}={found[1]} asks for Megatron-LM, which accel does not run: "
-            "it runs tensor and pipeline parallelism with torch's own, on one mesh. Unset the "
-            "variable and pass parallelism_config=ParallelismConfig(tp_size=..., ...) instead.")
 
 
 def reject_unknown_arguments(unknown: dict[str, Any], init: Callable[..., Any]) -> None:
@@ -191,8 +175,8 @@ def resolve_strategy(state: PartialState, precision: Precision, handlers: Handle
         requested = strategy
     elif strategy is not None:
         raise ConfigurationError(
-            f"Accelerator(strategy={strategy!r}) takes a registered strategy name (a str: "
-            "'ddp', 'fsdp', 'zero3', ...) or a Strategy instance, not a "
+            f"Accelerator(strategy={strategy!r}) takes a registered strategy name (or a "
+            "preset's; `accel strategies` lists them) or a Strategy instance, not a "
             f"{type(strategy).__name__}.")
     if handlers.init_process_group is not None and not state.use_distributed:
         # Accelerate ignores it without a word; a one-process run starts no group from it

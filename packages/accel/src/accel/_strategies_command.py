@@ -26,17 +26,17 @@ this order whether they claim the configuration) and presets (built only when na
 with the package that registers each and the options it takes (--strategy_config), then
 say which strategy the launch described by the flags and config file would choose, how,
 and what would refuse it. Takes every `accel launch` flag (no script). Handlers and
-plugins a script passes in code (kwargs_handlers=, fsdp_plugin=, strategy=) are not seen
-here; they take part the same way.
+plugins a script passes in code (kwargs_handlers=, the plugin arguments, strategy=) are not
+seen here; they take part the same way.
 """
 
 _EPILOG = """\
 examples:
   accel strategies
   accel strategies --cpu --num_processes 2
-  accel strategies --config_file fsdp.yaml
-  accel strategies --use_fsdp --num_processes 8
-  accel strategies --strategy zero3 --strategy_config '{"gradient_clipping": 1.0}'
+  accel strategies --config_file my_config.yaml
+  accel strategies --use_parallelism_config --parallelism_config_tp_size 2 --num_processes 4
+  accel strategies --strategy ddp --strategy_config '{"find_unused_parameters": true}'
 """
 
 

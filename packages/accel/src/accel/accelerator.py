@@ -15,7 +15,6 @@ from typing import Any
 import torch
 from accel_parallel import NO_CONTEXT, PrepareRequest, Strategy
 from accel_state import (
-    DistributedType,
     GradientAccumulationPlugin,
     GradientState,
     PartialState,
@@ -91,7 +90,7 @@ class Accelerator(ProcessMixin, PrecisionMixin, DataMixin, CheckpointingMixin,
         # Resolving loads the strategies and precisions: here, not at `import accel`.
         from accel._resolve import (
             collect_handlers,
-            refuse_megatron,
+            refuse_unsupported_plugins,
             reject_unknown_arguments,
             resolve_accumulation,
             resolve_plugins,
@@ -100,7 +99,7 @@ class Accelerator(ProcessMixin, PrecisionMixin, DataMixin, CheckpointingMixin,
         )
 
         reject_unknown_arguments(kwargs, Accelerator.__init__)  # names the closest valid one
-        refuse_megatron(megatron_lm_plugin)
+        refuse_unsupported_plugins("Accelerator", megatron_lm_plugin=megatron_lm_plugin)
         # the launcher's hang watchdog (accel_state.progress): a step counter in shared
         # memory and a stack dump on SIGUSR1, set up before the rendezvous can hang
         self._progress = _attach_progress()
@@ -157,8 +156,9 @@ class Accelerator(ProcessMixin, PrecisionMixin, DataMixin, CheckpointingMixin,
 
     @property
     def is_fsdp2(self) -> bool:
-        """Whether models are sharded with FSDP2 (accel's only FSDP)."""
-        return self.distributed_type == DistributedType.FSDP
+        """Whether models are sharded with FSDP2 (accel's only FSDP): the strategy's
+        ``shards_parameters``, asked, never its run type compared."""
+        return self._strategy.shards_parameters
 
     @property
     def strategy(self) -> Strategy:

@@ -14,7 +14,9 @@ one straight line (:meth:`MeshStrategy.prepare_model`):
    FSDP2 replicating over ``dp_replicate`` × a shard dimension of size 1 (TP/CP with
    replicas), DDP when replicas are all there is, or nothing.
 
-The two subclasses differ only in where the sizes come from: :class:`ParallelismStrategy` (``nd``)
+How the sizes are resolved and which data-parallel step they make live in
+:mod:`accel_parallel.mesh.sizes` (re-exported here). The two subclasses differ only in where
+the sizes come from: :class:`ParallelismStrategy` (``nd``)
 from a ``ParallelismConfig`` (``Accelerator(parallelism_config=...)``,
 ``ACCELERATE_USE_PARALLELISM_CONFIG``) or Accelerate's deprecated
 ``TorchTensorParallelPlugin``; :class:`~accel_parallel.fsdp.strategy.FSDP2Strategy` (``fsdp``) from
@@ -25,7 +27,6 @@ only, so the ranks of one TP/CP group read the same batches.
 from __future__ import annotations
 
 import contextlib
-import enum
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -43,7 +44,6 @@ from accel_parallel.fsdp.sharding import (
     apply_activation_checkpointing,
     broadcast_from_main,
     ensure_process_group,
-    plugin_parallelism,
     shard_model,
     weights_to_broadcast,
     with_gradient_sync,
@@ -53,9 +53,9 @@ from accel_parallel.mesh.device_mesh import BuiltMesh, build_mesh
 from accel_parallel.mesh.parallelism_config import ParallelismConfig
 from accel_parallel.mesh.sequence_parallel import (
     apply_sequence_parallel,
-    check_sequence_parallel_runtime,
     shard_for_sequence_parallel,
 )
+from accel_parallel.mesh.sizes import DataParallelStep, check_plugin_agrees, resolve_parallelism
 from accel_parallel.plugins import conflicts
 from accel_parallel.strategy import Strategy
 from accel_parallel.unwrap import is_sharded_model
@@ -68,37 +68,6 @@ if TYPE_CHECKING:
     from accel_parallel.selection import StrategyConfig
 
 __all__ = ["DataParallelStep", "MeshStrategy", "ParallelismStrategy", "resolve_parallelism"]
-
-
-class DataParallelStep(str, enum.Enum):
-    """The last step of :meth:`MeshStrategy.prepare_model`, chosen once from the mesh."""
-
-    #: FSDP2 sharding over ``dp_shard`` (``dp_shard_cp`` with context parallelism)
-    FSDP = "fsdp"
-    #: FSDP2 over ``dp_replicate`` × ``dp_shard``: shard within a group, replicate across
-    HSDP = "hsdp"
-    #: FSDP2 over ``dp_replicate`` × a shard dimension of size 1: TP/CP models replicated
-    #: (gradients all-reduced over the data-parallel ranks only)
-    REPLICATE = "replicate"
-    #: ``DistributedDataParallel`` over ``dp_replicate``: replicas and nothing else
-    DDP = "ddp"
-    #: one replica (tensor or context parallelism alone, or one process)
-    NONE = "none"
-
-    @property
-    def uses_fsdp2(self) -> bool:
-        return self in (DataParallelStep.FSDP, DataParallelStep.HSDP, DataParallelStep.REPLICATE)
-
-    @classmethod
-    def for_mesh(cls, config: ParallelismConfig, *, sharding: bool) -> DataParallelStep:
-        """The step for these sizes; ``sharding``: FSDP was asked for (a plugin, or sizes that
-        shard). Replicas of a TP/CP model go through FSDP2 too, as DDP cannot wrap DTensors."""
-        replicas = config.dp_replicate_enabled
-        if sharding or (replicas and (config.tp_enabled or config.cp_enabled)):
-            if not replicas:
-                return cls.FSDP
-            return cls.HSDP if config.dp_shard_enabled else cls.REPLICATE
-        return cls.DDP if replicas else cls.NONE
 
 
 class MeshStrategy(Strategy):
@@ -117,7 +86,8 @@ class MeshStrategy(Strategy):
 
     def __init__(self, state: PartialState, *, precision: Precision | None = None,
                  parallelism: ParallelismConfig,
-                 plugin: FullyShardedDataParallelPlugin | None = None, sharding: bool = True, ddp_kwargs: Any = None, **options: Any) -> None:
+                 plugin: FullyShardedDataParallelPlugin | None = None, sharding: bool = True,
+                 ddp_kwargs: Any = None, **options: Any) -> None:
         super().__init__(state, precision=precision, **options)
         if plugin is None:
             from accel_parallel.fsdp.plugin import FullyShardedDataParallelPlugin
@@ -140,6 +110,12 @@ class MeshStrategy(Strategy):
     @property
     def plugins_in_use(self) -> dict[str, Any]:
         return {"fsdp": self.plugin} if self._sharding else {}
+
+    @property
+    def shards_parameters(self) -> bool:
+        """True when FSDP2 shards (a plugin was given or the sizes shard); FSDP2 only
+        replicating a TP/CP model, or DDP, leaves whole parameters on each replica."""
+        return self._sharding
 
     # -- topology ------------------------------------------------------------------------------
     def _build_mesh(self) -> BuiltMesh:
@@ -308,61 +284,6 @@ class MeshStrategy(Strategy):
                                       no_restore_buffers, config.cp_handler.cp_comm_strategy)
 
 
-def resolve_parallelism(config: ParallelismConfig | None, tp_plugin: Any, world_size: int,
-                        fsdp_plugin: FullyShardedDataParallelPlugin | None = None
-                        ) -> ParallelismConfig:
-    """The configuration to build the mesh from: the given one, or the TP plugin's
-    (``tp_size``, the rest data-parallel replicas). An all-ones configuration on several
-    processes takes the FSDP plugin's mesh when one is given, else becomes DDP over all of
-    them (Accelerate's rule); any other must span exactly the world, else an error naming
-    every size."""
-    if config is None:
-        if tp_plugin is None:
-            raise ConfigurationError("internal: the N-D strategy needs a ParallelismConfig")
-        config = tp_plugin.to_parallelism_config()
-        if world_size % config.tp_size:
-            raise ConfigurationError(
-                f"TorchTensorParallelPlugin(tp_size={config.tp_size}) does not divide the "
-                f"{world_size} processes; use a tp_size that divides the world size.")
-        config._set_size("dp_replicate", world_size // config.tp_size)
-    elif tp_plugin is not None and tp_plugin.tp_size != config.tp_size:
-        raise ConfigurationError(
-            f"TorchTensorParallelPlugin(tp_size={tp_plugin.tp_size}) and ParallelismConfig("
-            f"tp_size={config.tp_size}) disagree; pass only the ParallelismConfig.")
-    if config.total_size == 1 and world_size > 1:
-        implied = plugin_parallelism(fsdp_plugin, world_size) if fsdp_plugin else None
-        config._set_size("dp_replicate", implied.dp_replicate_size if implied else world_size)
-        config._set_size("dp_shard", implied.dp_shard_size if implied else 1)
-    config.check_world_size(world_size)
-    check_sequence_parallel_runtime(config)
-    config._warn_unused_handlers()
-    return config
-
-
-def _check_plugin_agrees(config: ParallelismConfig,
-                         plugin: FullyShardedDataParallelPlugin | None) -> None:
-    """An FSDP plugin's sharding strategy must describe the same mesh as the sizes."""
-    if plugin is None:
-        return
-    sizes = (f"ParallelismConfig(dp_replicate_size={config.dp_replicate_size}, "
-             f"dp_shard_size={config.dp_shard_size})")
-    if plugin.hybrid and not (config.dp_replicate_enabled and config.dp_shard_enabled):
-        raise ConfigurationError(
-            f"FullyShardedDataParallelPlugin(sharding_strategy={plugin.sharding!r}) replicates "
-            f"across groups of shards, but {sizes} is not hybrid; set both sizes above 1, or use "
-            "sharding_strategy='FULL_SHARD'.")
-    if plugin.replicate_only and config.dp_shard_size > 1:
-        raise ConfigurationError(
-            f"FullyShardedDataParallelPlugin(sharding_strategy='NO_SHARD') does not shard, but "
-            f"{sizes} shards over {config.dp_shard_size} processes; set dp_shard_size=1 or "
-            "use sharding_strategy='FULL_SHARD'.")
-    if not plugin.replicate_only and not config.fsdp_enabled and config.total_size > 1:
-        raise ConfigurationError(
-            f"FullyShardedDataParallelPlugin(sharding_strategy={plugin.sharding!r}) shards, but "
-            f"{sizes} leaves nothing to shard over (dp_shard_size=1, cp_size=1); set "
-            "dp_shard_size > 1, or drop the FSDP plugin.")
-
-
 class ParallelismStrategy(MeshStrategy):
     """The mesh strategy sized by a ``ParallelismConfig`` (or a ``TorchTensorParallelPlugin``)."""
 
@@ -381,7 +302,7 @@ class ParallelismStrategy(MeshStrategy):
         if parallelism is not None:  # the device first: no size makes CP run on a CPU
             check_context_parallel_device(parallelism.cp_size, state.device)
         config = resolve_parallelism(parallelism, tp_plugin, state.num_processes, plugin)
-        _check_plugin_agrees(config, plugin)
+        check_plugin_agrees(config, plugin)
         super().__init__(state, precision=precision, parallelism=config, plugin=plugin,
                          sharding=plugin is not None or config.fsdp_enabled,
                          ddp_kwargs=ddp_kwargs, **options)

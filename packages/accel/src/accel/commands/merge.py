@@ -14,8 +14,8 @@ from accel_launch.parser import verb_parser
 
 from accel._module_compat import forward_to
 
-description = ("Merge the weights of a sharded FSDP checkpoint into one safetensors (or "
-               "torch) file: `accel merge-weights CHECKPOINT_DIR OUTPUT_DIR`.")
+description = ("Merge the weights of a sharded checkpoint (every rank's shards) into one "
+               "safetensors (or torch) file: `accel merge-weights CHECKPOINT_DIR OUTPUT_DIR`.")
 main = verb_main("merge-weights")
 
 
