@@ -223,7 +223,8 @@ def test_switches_parse_false_like_accelerate_and_the_config_file_still_wins(
     parsed = _args("t.py")
     switches = [f.dest for f in all_flags() if f.kind == "switch"]
     assert {d: getattr(parsed, d) for d in switches} == dict.fromkeys(switches, False)
-    assert all(getattr(parsed, f.dest) is None for f in all_flags() if f.kind != "switch")
+    assert all(getattr(parsed, f.dest) is f.parser_default  # None but where Accelerate shows one
+               for f in all_flags() if f.kind != "switch")
     assert _args("--multi-gpu", "--debug", "t.py").multi_gpu is True
     config = tmp_path / "c.yaml"
     config.write_text("distributed_type: FSDP\ndebug: true\nuse_cpu: true\nnum_processes: 2\n"
@@ -322,7 +323,7 @@ def test_validate_launch_command_fills_from_the_config_and_defers_the_plugin_che
                       "deepspeed_config:\n  deepspeed_config_file: path/to/be/ignored\n")
     args = _args("--num-processes", "2", "--deepspeed_config_file", "path/to/be/accepted",
                  "--config-file", str(config), "test.py")
-    assert args.debug is False
+    assert args.debug is False and args.fsdp_sync_module_states is True  # Accelerate's parser
     returned, defaults, mp_from_config = _validate_launch_command(args)
     assert returned is args and defaults.path == config and mp_from_config is True
     assert args.debug is True and args.num_processes == 2
@@ -336,5 +337,6 @@ def test_validate_launch_command_fills_from_the_config_and_defers_the_plugin_che
     bare = _args("test.py")
     assert _validate_launch_command(bare)[1:] == (None, False)  # no config file anywhere
     assert bare.num_machines == 1 and bare.machine_rank == 0  # defaults filled
+    assert bare.fsdp_sync_module_states is None  # the parser's True asked for nothing
     with pytest.raises(ConfigurationError, match="--num_processes"):
         _validate_launch_command(_args("--num_processes", "0", "test.py"))

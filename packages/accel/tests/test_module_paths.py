@@ -77,7 +77,7 @@ def test_deepspeed_scheduler_wrapper_is_the_engine_scheduler():
     ("accel.commands.env", "env_command", "accel_launch.env_command"),
     ("accel.commands.estimate", "estimate_command", "accel_inference.cli_estimate"),
     ("accel.commands.merge", "merge_command", "accel_checkpoint.cli_merge"),
-    ("accel.commands.to_fsdp2", "to_fsdp2_command", "accel_launch.to_fsdp2"),
+    ("accel.commands.to_fsdp2", "convert_config_to_fsdp2", "accel_launch.to_fsdp2"),
     ("accel.commands.config", "write_basic_config", "accel_launch.config_command"),
     ("accel.commands.config.default", "write_basic_config", "accel_launch.config_command"),
     ("accel.commands.config.update", "update_config", "accel_launch.config_command"),
@@ -85,6 +85,22 @@ def test_deepspeed_scheduler_wrapper_is_the_engine_scheduler():
 def test_command_paths_are_the_cli_verbs_own(module, name, home):
     assert getattr(importlib.import_module(module), name) is getattr(
         importlib.import_module(home), name)
+
+
+def test_to_fsdp2_command_reads_through_its_modules_load_config(tmp_path, monkeypatch, caplog):
+    """Accelerate's to_fsdp2_command reads the file through its module's load_config, which
+    its tests replace; the renamed and dropped keys are logger warnings."""
+    import accel.commands.to_fsdp2 as module
+
+    source = tmp_path / "c.yaml"
+    source.write_text("distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 1\n")
+    monkeypatch.setattr(module, "load_config", lambda path: {"fsdp_config": {"fsdp_version": 2}})
+    args = module.to_fsdp2_command_parser().parse_args(
+        ["--config_file", str(source), "--output_file", str(tmp_path / "out.yaml")])
+    assert args.func is module.to_fsdp2_command
+    with caplog.at_level("WARNING"):
+        assert module.to_fsdp2_command(args) == 0
+    assert "Config already specifies FSDP2, skipping conversion..." in caplog.text
 
 
 def test_accelerate_test_command_is_accel_test():

@@ -1,8 +1,10 @@
 """One table of `accel launch` flags: the parser, the config-file schema, the worker
 environment and docs/launch.md are all built from it, so they cannot disagree.
 
-Every flag's argparse default is ``None`` ("not given"): :mod:`accel_launch.resolve` then
-fills it from the config file or from :attr:`Flag.default`, and remembers which source won.
+Every flag's argparse default is ``None`` ("not given"; a switch's ``False``, and Accelerate's
+parser value where code reads one, :attr:`Flag.parser_default`): :mod:`accel_launch.resolve`
+then fills it from the config file or from :attr:`Flag.default`, and remembers which source
+won.
 This module imports neither torch nor accel_state (whose package imports torch):
 ``accel --help`` must stay instant.
 """
@@ -48,6 +50,10 @@ class Flag:
     """Allowed values of a ``choice`` flag."""
     default: Any = None
     """Value when neither the command line nor the config file gives one."""
+    parser_default: Any = None
+    """What the parsed namespace holds before resolution when the flag is not given, where
+    Accelerate's parser shows a value there (code reads it before validating); resolution
+    reads it as "not given", as Accelerate compares a value with its parser's default."""
     config: tuple[str, str] | None = None
     """``(section, key)`` in Accelerate's YAML; section "" is the top level."""
     env: str | None = None
@@ -174,7 +180,8 @@ def _choice(choices: Sequence[str]) -> Any:
 
 
 def _add_one(group: Any, flag: Flag) -> None:
-    kwargs: dict[str, Any] = {"dest": flag.dest, "default": None, "help": flag.help}
+    kwargs: dict[str, Any] = {"dest": flag.dest, "default": flag.parser_default,
+                              "help": flag.help}
     if flag.kind == "switch":
         # False, as Accelerate's parser has it: a switch cannot be turned off on the command
         # line, so resolution reads False as "not given" and the config file still applies.

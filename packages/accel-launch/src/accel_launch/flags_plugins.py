@@ -128,7 +128,7 @@ _FSDP = Group("FSDP", "Used with --use_fsdp (or distributed_type: FSDP). FSDP me
     _fsdp("--fsdp_cpu_ram_efficient_loading", "Load weights on rank 0 only, then broadcast.",
           "bool", env="FSDP_CPU_RAM_EFFICIENT_LOADING"),
     _fsdp("--fsdp_sync_module_states", "Broadcast rank 0's weights at wrap time.", "bool",
-          env="FSDP_SYNC_MODULE_STATES"),
+          env="FSDP_SYNC_MODULE_STATES", parser_default=True),
     _fsdp("--fsdp_activation_checkpointing", "Checkpoint activations of wrapped layers.",
           "bool", env="FSDP_ACTIVATION_CHECKPOINTING"),
     _fsdp("--fsdp_ignored_modules", "Regular expression of modules left unsharded.",

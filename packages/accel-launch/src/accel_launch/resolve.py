@@ -119,8 +119,11 @@ def cluster_defaults() -> tuple[dict[str, Any], str | None]:
 def _given(flag: Flag, value: Any) -> bool:
     """Whether the namespace asks for ``value``: None is "not given", and so is a switch's
     False (the parser's default, as in Accelerate: a switch cannot be turned off on the
-    command line, so False must not hide the config file's true)."""
-    return value is not None and not (flag.kind == "switch" and value is False)
+    command line, so False must not hide the config file's true), and so is a flag's
+    :attr:`~accel_launch.flags.Flag.parser_default`."""
+    if value is None or (flag.kind == "switch" and value is False):
+        return False
+    return flag.parser_default is None or value != flag.parser_default
 
 
 def _fill(resolved: Resolved, cfg: ConfigFile | None, cluster: dict[str, Any],
@@ -251,6 +254,9 @@ def resolve_launch_args(args: argparse.Namespace, *,
         args.config_file = str(cfg.path)
         if resolved.sources.get("config_file") != CLI:
             resolved.sources["config_file"] = "default location"
+    from accel_launch.membership import resolve_machine_range
+
+    resolve_machine_range(args, resolved.sources)
     if args.max_restarts and args.rdzv_backend == "static":
         args.rdzv_backend = "c10d"
         resolved.sources["rdzv_backend"] += " (static -> c10d: restarts need a re-rendezvous)"

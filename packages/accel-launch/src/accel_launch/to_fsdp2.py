@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import argparse
 import enum
-import sys
+import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 __all__ = ["ARGUMENT_KEY_MAPPING", "ARGUMENT_VALUE_MAPPING", "ConversionStatus",
            "convert_config_to_fsdp2", "convert_with_notes", "load_config", "register",
            "to_fsdp2_command"]
+
+
+_log = logging.getLogger(__name__)
 
 
 class ConversionStatus(enum.Enum):
@@ -89,7 +93,9 @@ def convert_with_notes(config: dict[str, Any]) -> tuple[dict[str, Any], list[str
         raise ConfigurationError("the config has no fsdp_config section: nothing to convert "
                                  "(run `accel config` and choose FSDP).")
     if int(fsdp.get("fsdp_version", 1)) == 2:
-        return config, ["fsdp_version is 2 already: nothing changed."]
+        return config, ["Config already specifies FSDP2, skipping conversion... (fsdp_version "
+                        "is 2: nothing changed; if its keys are FSDP1's, set fsdp_version 1 and "
+                        "run again)"]
     strategy = fsdp.pop("fsdp_sharding_strategy", None)
     if strategy is not None:
         key = str(strategy).upper()  # ARGUMENT_VALUE_MAPPING's keys
@@ -111,9 +117,13 @@ def convert_with_notes(config: dict[str, Any]) -> tuple[dict[str, Any], list[str
     return {**config, "fsdp_config": fsdp}, notes
 
 
-def to_fsdp2_command(args: argparse.Namespace) -> int:
+def to_fsdp2_command(args: argparse.Namespace,
+                     read: Callable[[str], dict[str, Any]] | None = None) -> int:
     """Convert ``--config_file``; a missing input raises ``FileNotFoundError``, an existing
-    output without ``--overwrite`` ``FileExistsError`` (both also ``ConfigurationError``)."""
+    output without ``--overwrite`` ``FileExistsError`` (both also ``ConfigurationError``).
+    Each key renamed or dropped is a warning of the ``accel_launch.to_fsdp2`` logger, as
+    Accelerate logs them (with no logging set up, Python prints warnings on stderr). ``read`` (path -> settings) replaces the checked file reader:
+    Accelerate's module reads through its ``load_config``, which code and tests replace."""
     from accel_state.errors import ConfigurationError
 
     from accel_launch._file_errors import ConfigFileNotFoundError, OutputFileExistsError
@@ -123,20 +133,24 @@ def to_fsdp2_command(args: argparse.Namespace) -> int:
     if not source.is_file():
         raise ConfigFileNotFoundError(f"config file {str(source)!r} not found: check the "
                                       "path, or run `accel config` to write one.")
-    loaded = load_config_from_file(source)
-    if loaded is None or loaded.kind != "yaml":
-        raise ConfigurationError(f"{source} is not an accel/Accelerate config file.")
     target = Path(args.output_file) if args.output_file else source
     if target == source and not args.overwrite:
         raise ConfigurationError("pass --output_file NEW.yaml, or --overwrite to replace "
                                  f"{source} in place.")
     if target.exists() and target != source and not args.overwrite:
         raise OutputFileExistsError(f"{target} exists: pass --overwrite to replace it.")
-    converted, notes = convert_with_notes(loaded.raw)
+    if read is not None:
+        settings = read(str(source))
+    else:
+        loaded = load_config_from_file(source)
+        if loaded is None or loaded.kind != "yaml":
+            raise ConfigurationError(f"{source} is not an accel/Accelerate config file.")
+        settings = loaded.raw
+    converted, notes = convert_with_notes(settings)
     save_config(converted, target)
     load_config_from_file(target)
     for note in notes:
-        print(f"accel to-fsdp2: {note}", file=sys.stderr)
+        _log.warning("accel to-fsdp2: %s", note)
     print(f"FSDP2 config written to {target}")
     return 0
 
@@ -154,3 +168,4 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--overwrite", action="store_true",
                         help="Replace --output_file (or --config_file itself) if it exists.")
     parser.set_defaults(func=to_fsdp2_command)
+
