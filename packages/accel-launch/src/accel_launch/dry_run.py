@@ -5,6 +5,7 @@ printed, nothing started."""
 from __future__ import annotations
 
 import shlex
+from typing import Any
 
 from accel_launch.flags import GROUPS
 from accel_launch.launch_plan import LaunchPlan
@@ -24,15 +25,21 @@ def _script_part(plan: LaunchPlan) -> list[str]:
     return ["--no-python", plan.entrypoint, *args]
 
 
+def _nodes(cfg: Any) -> str:
+    """``N``, or ``MIN:MAX`` for an elastic job (torchrun's --nnodes)."""
+    low, high = cfg["min_nodes"], cfg["max_nodes"]
+    return str(high) if low == high else f"{low}:{high}"
+
+
 def torchrun_command(plan: LaunchPlan, machine_rank: int) -> list[str]:
     """The ``torchrun`` command line that starts machine ``machine_rank``'s part of
     ``plan`` the same way (its environment: ``plan.env``)."""
     cfg = plan.config
-    nodes = (str(cfg["max_nodes"]) if cfg["min_nodes"] == cfg["max_nodes"]
-             else f"{cfg['min_nodes']}:{cfg['max_nodes']}")
-    cmd = ["torchrun", "--nnodes", nodes, "--nproc-per-node", str(cfg["nproc_per_node"]),
+    cmd = ["torchrun", "--nnodes", _nodes(cfg), "--nproc-per-node", str(cfg["nproc_per_node"]),
            "--node-rank", str(machine_rank), "--rdzv-backend", str(cfg["rdzv_backend"]),
            "--rdzv-endpoint", str(cfg["rdzv_endpoint"]), "--rdzv-id", str(cfg["run_id"])]
+    if cfg.get("local_addr"):
+        cmd += ["--local-addr", str(cfg["local_addr"])]
     conf = {k: v for k, v in cfg["rdzv_configs"].items() if k != "rank"}
     if conf:
         cmd += ["--rdzv-conf", ",".join(f"{k}={v}" for k, v in conf.items())]
@@ -72,7 +79,7 @@ def format_dry_run(resolved: Resolved, plan: LaunchPlan) -> str:
     if endpoint.endswith(":0"):
         endpoint = endpoint[:-2] + ":<free port picked at launch>"
     lines.append(f"processes on this machine: {cfg['nproc_per_node']} "
-                 f"(machines {cfg['min_nodes']}, rendezvous {cfg['rdzv_backend']} at "
+                 f"(machines {_nodes(cfg)}, rendezvous {cfg['rdzv_backend']} at "
                  f"{endpoint}, max_restarts {cfg['max_restarts']})")
     lines.append(f"worker command: {shlex.join(plan.command)}")
     lines.append("worker environment (added to the launcher's):")

@@ -32,6 +32,7 @@ from accel_launch.heartbeat import lost_machines_note
 from accel_launch.launch_plan import HostInfo, LaunchPlan, build_launch_plan, validate_launch_args
 from accel_launch.lifeline import Lifeline
 from accel_launch.machines import MachinesError, config_digest
+from accel_launch.membership import agreeing_agent
 from accel_launch.rendezvous import (
     JOB_KEY,
     register_backends,
@@ -209,7 +210,7 @@ def run_plan(plan: LaunchPlan, *, quiet: bool = False, debug: bool = False) -> i
     dog = _watchdog(plan, folder)
     extra = {env.WATCHDOG_DIR.name: folder} if folder else {}
     try:
-        with Lifeline(ORPHAN_GRACE) as lifeline, \
+        with Lifeline(ORPHAN_GRACE) as lifeline, agreeing_agent(), \
                 env.patch_environment(**plan.env, **extra, **lifeline.env), dog:
             elastic_launch(config, plan.entrypoint)(*plan.args)
     except ChildFailedError as exc:
@@ -267,11 +268,14 @@ def _watchdog(plan: LaunchPlan, folder: str | None) -> Any:
 def _with_network_notes(args: argparse.Namespace, plan: LaunchPlan) -> LaunchPlan:
     """``plan`` with a warning when this machine's hostname resolves to loopback in a
     multi-machine launch (accel_launch.netcheck)."""
-    if args.num_machines < 2 or not args.main_process_ip:
+    host = args.main_process_ip
+    if getattr(args, "rdzv_endpoint", None):
+        host = split_endpoint(args.rdzv_endpoint)[0]
+    if args.num_machines < 2 or not host:
         return plan
     from accel_launch.netcheck import loopback_hostname_warning
 
-    note = loopback_hostname_warning(args.main_process_ip, os.environ)
+    note = loopback_hostname_warning(host, os.environ)
     return dataclasses.replace(plan, warnings=(*plan.warnings, note)) if note else plan
 
 

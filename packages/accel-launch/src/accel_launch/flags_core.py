@@ -62,6 +62,18 @@ _PROCESSES = Group("processes and machines", "How many workers, on how many mach
          "port; required with --num_machines > 1 unless srun tells it: $MASTER_PORT, else "
          "one derived from $SLURM_JOB_ID).", "int",
          config=(_TOP, "main_process_port"), metavar="PORT"),
+    Flag(("--min_machines",), "Elastic membership: the fewest machines the job runs on "
+         "(torchrun's --nnodes MIN:MAX). The job starts once MIN machines have joined (more "
+         "may join until --max_machines) and, with --max_restarts, goes on after a machine "
+         "is lost while at least MIN are left, its workers restarted at the new world size "
+         "(resume them with load_state()). A range needs the c10d rendezvous (the default "
+         "static one is switched). Default: --num_machines.", "int",
+         config=(_TOP, "min_machines"), metavar="MIN"),
+    Flag(("--max_machines",), "Elastic membership: the most machines the job runs on "
+         "(default: --num_machines; --num_machines left out becomes MAX). --num_processes "
+         "still counts the processes of --num_machines machines: the processes per machine "
+         "are fixed, the machines vary.", "int", config=(_TOP, "max_machines"),
+         metavar="MAX"),
     Flag(("--same_network",), "All machines are on the same local network (accepted for "
          "Accelerate configs; the rendezvous does not need it).", "switch", default=False,
          config=(_TOP, "same_network")),
@@ -71,6 +83,17 @@ _ELASTIC = Group("torch elastic (torchrun) options", "Rendezvous, restarts and w
     Flag(("--rdzv_backend",), "Rendezvous backend: static (default) or c10d. --max_restarts > 0 "
          "switches static to c10d, which restarts need.", default="static",
          config=(_TOP, "rdzv_backend"), metavar="BACKEND"),
+    Flag(("--rdzv_endpoint",), "HOST:PORT of the rendezvous when it is not machine 0 (torchrun's "
+         "--rdzv-endpoint; e.g. a host that outlives the training machines, with c10d). "
+         "Default: --main_process_ip:--main_process_port.", config=(_TOP, "rdzv_endpoint"),
+         metavar="HOST:PORT"),
+    Flag(("--rdzv_id",), "Job id in the rendezvous, the same on every machine (torchrun's "
+         "--rdzv-id). Default: $SLURM_JOB_ID, else one derived from the endpoint.",
+         config=(_TOP, "rdzv_id"), metavar="ID"),
+    Flag(("--local_addr",), "Address of this machine that the others use to reach it "
+         "(torchrun's --local-addr). Default: with c10d, the address this machine reaches "
+         "the rendezvous from; else torch's lookup of the hostname.",
+         config=(_TOP, "local_addr"), metavar="ADDR"),
     Flag(("--rdzv_conf",), "Extra rendezvous settings, e.g. timeout=60,read_timeout=30.",
          default="", metavar="K=V,..."),
     Flag(("--rdzv_timeout",), "Seconds the machines of a multi-machine launch have to join "

@@ -19,6 +19,7 @@ from typing import Any
 from accel_state import env
 from accel_state.errors import ConfigurationError
 
+from accel_launch.membership import check_machine_range, machine_range
 from accel_launch.watchdog import (
     DEFAULT_STALL_TIMEOUT,
     DEFAULT_STARTUP_TIMEOUT,
@@ -138,11 +139,14 @@ def validate_launch_args(args: argparse.Namespace, *, check_plugin_flags: bool =
     if not 0 <= args.machine_rank < args.num_machines:
         raise _flag_error("--machine_rank", args.machine_rank,
                           f"it must be between 0 and --num_machines - 1 = {args.num_machines - 1}.")
-    if args.num_machines > 1 and not args.main_process_ip:
+    endpoint = getattr(args, "rdzv_endpoint", None)
+    if endpoint is not None:
+        _check_endpoint(endpoint)
+    if args.num_machines > 1 and not args.main_process_ip and not endpoint:
         raise ConfigurationError(
             f"--num_machines {args.num_machines} needs --main_process_ip: pass the address of "
             "the machine with --machine_rank 0 on every machine.")
-    if args.num_machines > 1 and args.main_process_port is None:
+    if args.num_machines > 1 and args.main_process_port is None and not endpoint:
         raise ConfigurationError(
             f"--num_machines {args.num_machines} needs --main_process_port: pick one free port "
             "and pass the same value on every machine.")
@@ -153,6 +157,7 @@ def validate_launch_args(args: argparse.Namespace, *, check_plugin_flags: bool =
         raise _flag_error("--num_processes", args.num_processes,
                           f"it counts the processes of all machines and must be a multiple of "
                           f"--num_machines {args.num_machines}.")
+    check_machine_range(args)
     if args.num_cpu_threads_per_process is not None and args.num_cpu_threads_per_process < 1:
         raise _flag_error("--num_cpu_threads_per_process", args.num_cpu_threads_per_process,
                           "use 1 or more threads, or leave it out for cores / processes.")
@@ -176,6 +181,13 @@ def validate_launch_args(args: argparse.Namespace, *, check_plugin_flags: bool =
     if getattr(args, "stall_timeout", None) is not None:
         parse_stall_timeout(args.stall_timeout)
     startup_timeout_of(args)
+
+
+def _check_endpoint(endpoint: str) -> None:
+    host, sep, port = endpoint.rpartition(":")
+    if not sep or not host.strip("[]") or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise _flag_error("--rdzv_endpoint", endpoint,
+                          "give HOST:PORT with a port between 1 and 65535, e.g. 10.0.0.5:29400.")
 
 
 def stall_timeout_of(args: argparse.Namespace, host: HostInfo) -> float | None:
@@ -265,7 +277,7 @@ def _job(args: argparse.Namespace, nproc: int, rdzv_timeout: float,
          config_digest: str) -> dict[str, Any]:
     from accel_launch.machines import job_shape
 
-    shape = job_shape(num_machines=args.num_machines, per_machine=nproc,
+    shape = job_shape(num_machines=machine_range(args), per_machine=nproc,
                       mixed_precision=args.mixed_precision, strategy=_strategy_name(args),
                       config=config_digest)
     return {"shape": shape, "machine_rank": args.machine_rank, "timeout": rdzv_timeout,
@@ -296,13 +308,17 @@ def build_launch_plan(args: argparse.Namespace, host: HostInfo, port: int,
         key = {"static": "timeout", "c10d": "join_timeout"}.get(args.rdzv_backend)
         if key:
             rdzv_configs.setdefault(key, int(rdzv_timeout))
+    low, high = machine_range(args)
+    endpoint = getattr(args, "rdzv_endpoint", None) or _endpoint(ip, port)
+    where = endpoint.rpartition(":")  # the same on every machine, unlike a port picked here
     config = {
-        "min_nodes": args.num_machines,
-        "max_nodes": args.num_machines,
+        "min_nodes": low,
+        "max_nodes": high,
         "nproc_per_node": nproc,
-        "run_id": env.SLURM_JOB_ID.get() or f"accel-{ip}-{port}",
+        "run_id": getattr(args, "rdzv_id", None) or env.SLURM_JOB_ID.get()
+        or f"accel-{where[0].strip('[]')}-{where[2]}",
         "role": args.role,
-        "rdzv_endpoint": _endpoint(ip, port),
+        "rdzv_endpoint": endpoint,
         "rdzv_backend": args.rdzv_backend,
         "rdzv_configs": rdzv_configs,
         "max_restarts": args.max_restarts,
@@ -310,6 +326,8 @@ def build_launch_plan(args: argparse.Namespace, host: HostInfo, port: int,
         "start_method": "spawn",
         "shutdown_timeout": None if host.shutdown_timeout_set else DEFAULT_SHUTDOWN_TIMEOUT,
     }
+    if getattr(args, "local_addr", None):
+        config["local_addr"] = args.local_addr
     entrypoint, worker_args = _worker_command(args, host)
     stall_timeout = stall_timeout_of(args, host)  # checked even where it is not used
     watch = total_process_count(args, host) > 1  # one process has no peer to wait for

@@ -45,11 +45,18 @@ def config_digest(raw: Mapping[str, Any] | None) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-def job_shape(*, num_machines: int, per_machine: int, mixed_precision: str | None,
-              strategy: str, config: str) -> dict[str, str]:
-    """The fields every machine must agree on, as text."""
-    return {"num_machines": str(num_machines), "processes_per_machine": str(per_machine),
-            "num_processes": str(num_machines * per_machine),
+def job_shape(*, num_machines: int | tuple[int, int], per_machine: int,
+              mixed_precision: str | None, strategy: str, config: str) -> dict[str, str]:
+    """The fields every machine must agree on, as text. ``num_machines``: a count, or the
+    (MIN, MAX) range of an elastic job (compared as ``MIN:MAX``: the machines that are
+    there vary, the range every launcher was given must not)."""
+    low, high = num_machines if isinstance(num_machines, tuple) else (num_machines,) * 2
+
+    def counted(per: int) -> str:
+        return str(low * per) if low == high else f"{low * per}:{high * per}"
+
+    return {"num_machines": counted(1), "processes_per_machine": str(per_machine),
+            "num_processes": counted(per_machine),
             "mixed_precision": mixed_precision or "no", "strategy": strategy,
             "config_file_digest": config}
 
@@ -200,9 +207,10 @@ class _Meeting:
 
 def meet(store: Any, *, prefix: str, index: int, world: int, me: dict[str, Any],
          progress: Progress, claim: bool,
-         lost: Callable[[Exception], MachinesError]) -> None:
-    """Publish ``me`` (with its ``shape``) as machine ``index`` of ``world`` and return once
-    every machine has published an equal shape; raise :class:`MachinesError` otherwise.
+         lost: Callable[[Exception], MachinesError]) -> dict[int, dict[str, Any]]:
+    """Publish ``me`` (with its ``shape``) as machine ``index`` of ``world`` and return what
+    every machine published (by index) once all shapes are equal; raise
+    :class:`MachinesError` otherwise.
     ``claim``: refuse a second machine with the same index (the static rendezvous, where
     the index is the user's --machine_rank)."""
     meeting = _Meeting(store, prefix, index, world, me, progress, lost)
@@ -220,3 +228,4 @@ def meet(store: Any, *, prefix: str, index: int, world: int, me: dict[str, Any],
             meeting.call("set", meeting.key("ack", index), "1")
     if verdict != OK:
         raise MachinesError(verdict)
+    return meeting.present()

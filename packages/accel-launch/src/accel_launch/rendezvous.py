@@ -34,6 +34,7 @@ from typing import Any
 
 from accel_launch.heartbeat import Heartbeat
 from accel_launch.machines import MachinesError, Progress, meet, progress_interval
+from accel_launch.membership import new_agreement
 
 __all__ = ["JOB_KEY", "register_backends", "wrapped_backend"]
 
@@ -175,6 +176,7 @@ class _MeetingRendezvous:
         self._store: Any = None  # machine 0's server under the static rendezvous: kept open
         self._beat: Heartbeat | None = None
         self._line: socket.socket | None = None  # machine 1+: idle connection to machine 0
+        self.restart_agreement = new_agreement()  # filled by membership.agreeing_agent
         self.endpoint = params.endpoint
         self.timeout = float(job["timeout"])
 
@@ -190,7 +192,8 @@ class _MeetingRendezvous:
 
     def _me(self, address: str, rank: int) -> dict[str, Any]:
         return {"rank": rank, "host": socket.gethostname(), "address": address,
-                "pid": os.getpid(), "shape": self._job["shape"]}
+                "pid": os.getpid(), "shape": self._job["shape"],
+                "restarts": self.restart_agreement.mine}
 
     def _lost(self, exc: Exception) -> MachinesError:
         return MachinesError(
@@ -247,7 +250,9 @@ class _MeetingRendezvous:
                 address = str(line.getsockname()[0])
         with _Ticker(progress, world):
             info = self._inner.next_rendezvous()
-        meet(info.store, prefix="accel", index=info.rank, world=info.world_size,
-             me=self._me(address, info.rank), progress=self._progress(60.0), claim=False,
-             lost=self._lost)
+        met = meet(info.store, prefix="accel", index=info.rank, world=info.world_size,
+                   me=self._me(address, info.rank), progress=self._progress(60.0),
+                   claim=False, lost=self._lost)
+        # every machine of this round starts its workers with the same restart count
+        self.restart_agreement.agreed = max(int(e.get("restarts", 0)) for e in met.values())
         return info
