@@ -8,7 +8,7 @@ The per-package CI runs catch a broken package late and one at a time; this chec
 the source statically (``ast``, stdlib only, well under a second) and names every
 offending line at once.
 
-Two checks, over every ``.py`` file under ``packages/*/src/``:
+Three checks, over every ``.py`` file under ``packages/*/src/``:
 
 1. Layers: an import of another internal package (``import``/``from`` statements anywhere,
    including inside functions and ``TYPE_CHECKING`` blocks, string literals passed to
@@ -19,6 +19,11 @@ Two checks, over every ``.py`` file under ``packages/*/src/``:
    ``[project.optional-dependencies]``). A third-party import executed at module level
    must be the stdlib or in ``[project].dependencies``; imports inside functions or under
    ``try``/``TYPE_CHECKING`` are optional dependencies and are allowed.
+3. Cycles: no module of a package imports, directly or through others of the package, a
+   module that imports it back, counting every import (module level, inside functions and
+   under ``TYPE_CHECKING`` alike: a lazy import hides a cycle, it still means neither module
+   can be read, moved or tested without the other). A package's ``__init__`` re-exports and
+   is left out: every module is reached through it.
 
 Usage: ``python3 tools/check_layers.py [--root REPO]``. Exit 0 when clean; exit 1 with one
 line per violation (``file:line: importer -> imported: rule``).
@@ -237,7 +242,8 @@ def check_import(imp: Import, owner: Member, owner_pkg: str,
     pyproject = owner.directory.name + "/pyproject.toml"
     if top in provider or top in ALLOWED:
         if owner_pkg not in ALLOWED:
-            return f"layer rule: {owner_pkg} is not in the layer DAG; add it to tools/check_layers.py"
+            return (f"layer rule: {owner_pkg} is not in the layer DAG; add it to "
+                    "tools/check_layers.py")
         if top not in ALLOWED[owner_pkg]:
             return _layer_rule(owner_pkg, top)
         dist = provider[top].dist if top in provider else normalize(top)
@@ -256,6 +262,76 @@ def check_import(imp: Import, owner: Member, owner_pkg: str,
                 f"the function that needs it (DESIGN.md §6)")
     return (f"undeclared third-party import: add {dists[0]!r} to [project].dependencies of "
             f"packages/{pyproject}, or import it lazily inside a function")
+
+
+def _module_name(src: Path, path: Path) -> str:
+    parts = list(path.relative_to(src).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _module_targets(tree: ast.AST, name: str, is_package: bool) -> set[str]:
+    """Every module path ``tree`` imports anywhere (relative imports resolved; ``from a
+    import b`` names ``a.b`` as well as ``a``: whichever is a module counts)."""
+    package = name.split(".") if is_package else name.split(".")[:-1]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package[:len(package) - node.level + 1]
+                base = ".".join([*anchor, *([base] if base else [])])
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+    return found
+
+
+def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected group of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    groups: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for other in sorted(graph[node]):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            group = []
+            while (member := stack.pop()) != node:
+                group.append(member)
+            if group:
+                groups.append(sorted([*group, node]))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return groups
+
+
+def check_cycles(member: Member, root: Path) -> list[str]:
+    """One line per import cycle among the modules of ``member`` (check 3)."""
+    src = member.directory / "src"
+    paths = {_module_name(src, p): p for p in sorted(src.rglob("*.py"))}
+    modules = {name for name, p in paths.items() if p.name != "__init__.py"}
+    graph: dict[str, set[str]] = {}
+    for name in modules:
+        try:
+            tree = ast.parse(paths[name].read_text(encoding="utf-8"))
+        except SyntaxError:
+            continue  # reported by the layer check
+        graph[name] = (_module_targets(tree, name, False) & modules) - {name}
+    graph = {name: targets & set(graph) for name, targets in graph.items()}
+    return [f"{paths[cycle[0]].relative_to(root)}: import cycle: {' <-> '.join(cycle)}: move "
+            "what both need into a module neither imports, or import one way only"
+            for cycle in find_cycles(graph)]
 
 
 def check(root: Path) -> tuple[list[str], int]:
@@ -278,6 +354,7 @@ def check(root: Path) -> tuple[list[str], int]:
                 rule = check_import(imp, member, owner_pkg, provider)
                 if rule:
                     violations.append(f"{rel}:{imp.line}: {owner_pkg} -> {imp.module}: {rule}")
+        violations += check_cycles(member, root)
     return violations, modules
 
 

@@ -1,4 +1,5 @@
-"""tools/check_layers.py: clean on this repository, and it names file, line and rule of a violation."""
+"""tools/check_layers.py: clean on this repository, and it names file, line and rule of a
+violation."""
 
 from __future__ import annotations
 
@@ -84,7 +85,8 @@ def test_clean_tree_passes(tmp_path: Path) -> None:
             """,
         "accel-state/src/accel_state/names.py": "DIST = {'fp8': 'accel', 'x': 'accel.y z'}\n",
         "accel/src/accel/accelerator.py": "import accel_launch, accel_data, accel_parallel\n",
-        "accel/src/accel/__init__.py": "_EXPORTS = {'A': 'accel.accelerator', 'B': 'accel_state'}\n",
+        "accel/src/accel/__init__.py":
+            "_EXPORTS = {'A': 'accel.accelerator', 'B': 'accel_state'}\n",
     })
     result = run_tool("--root", str(tmp_path))
     assert result.returncode == 0, result.stdout + result.stderr
@@ -105,7 +107,8 @@ CASES = {
         3, "accel_data -> accel_parallel", "a lower layer never imports a higher one"),
     "importlib string literal": (
         "accel-parallel/src/accel_parallel/registry.py",
-        "import importlib\n\n\ndef load():\n    return importlib.import_module('accel_launch.cli')\n",
+        "import importlib\n\n\ndef load():\n"
+        "    return importlib.import_module('accel_launch.cli')\n",
         5, "accel_parallel -> accel_launch.cli", "siblings never import each other"),
     "__import__ string literal": (
         "accel-launch/src/accel_launch/cli.py",
@@ -113,7 +116,8 @@ CASES = {
         1, "accel_launch -> accel_data", "may import only accel_state"),
     "lazy-import table of a PEP 562 facade": (
         "accel-data/src/accel_data/__init__.py",
-        "_EXPORTS = {\n    'DataLoaderShard': 'accel_data.loaders',\n    'X': 'accel_launch.cli',\n}\n",
+        "_EXPORTS = {\n    'DataLoaderShard': 'accel_data.loaders',\n"
+        "    'X': 'accel_launch.cli',\n}\n",
         3, "accel_data -> accel_launch.cli", "a lower layer never imports a higher one"),
     "third-party at module level, undeclared": (
         "accel-state/src/accel_state/config.py",
@@ -196,3 +200,37 @@ def test_missing_root_is_a_usage_error(tmp_path: Path) -> None:
     result = run_tool("--root", str(tmp_path / "nowhere"))
     assert result.returncode == 2
     assert "pass --root" in result.stderr
+
+
+def test_an_import_cycle_is_named_lazy_or_not(tmp_path: Path) -> None:
+    """prepare imports skip at the top, skip imports prepare inside a function; the typing
+    and reader modules import each other only under TYPE_CHECKING: both are cycles (issue
+    40.7). A module importing its own package's ``__init__`` (which re-exports) is not."""
+    make_tree(tmp_path, {
+        "accel-data/src/accel_data/prepare.py": "from accel_data.skip import Skip\n",
+        "accel-data/src/accel_data/skip.py": """\
+            class Skip:
+                def build(self):
+                    from accel_data import prepare
+                    return prepare
+            """,
+        "accel-data/src/accel_data/typing_view.py": """\
+            from typing import TYPE_CHECKING
+            if TYPE_CHECKING:
+                from .reader import Reader
+            """,
+        "accel-data/src/accel_data/reader.py": """\
+            from typing import TYPE_CHECKING
+            if TYPE_CHECKING:
+                from accel_data.typing_view import View
+            from accel_data import prepare
+            """,
+        "accel-data/src/accel_data/alone.py": "import accel_data\n",
+    })
+    result = run_tool("--root", str(tmp_path))
+    assert result.returncode == 1, result.stdout
+    cycles = [line for line in result.stdout.splitlines() if "import cycle" in line]
+    assert len(cycles) == 2, result.stdout
+    assert "import cycle: accel_data.prepare <-> accel_data.skip" in result.stdout
+    assert "import cycle: accel_data.reader <-> accel_data.typing_view" in result.stdout
+    assert "accel_data.alone" not in result.stdout

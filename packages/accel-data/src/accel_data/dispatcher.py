@@ -16,8 +16,8 @@ only: every group reads and sends its own copy of the data.
 from __future__ import annotations
 
 import itertools
-from contextlib import nullcontext
 from collections.abc import Callable, Iterator
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -34,7 +34,7 @@ from accel_data.groups import resolve_world
 from accel_data.loader_state import _END
 from accel_data.loaders import DataLoaderShard, UnsizedLoaderError
 from accel_data.samplers import SkipBatchSampler, keep_rng
-from accel_data.sharding import _check_split
+from accel_data.shard_checks import check_split
 
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
@@ -98,7 +98,7 @@ class DataLoaderDispatcher(DataLoaderShard):
         self.even_batches = bool(even_batches)
         self.slice_fn = slice_fn or slice_batch
         if self.split_batches:
-            _check_split(self._loader_batch_size, self.num_processes, "DataLoaderDispatcher")
+            check_split(self._loader_batch_size, self.num_processes, "DataLoaderDispatcher")
         if skip_batches:
             self.set_skip_batches(skip_batches)
 
@@ -294,7 +294,7 @@ class DataLoaderDispatcher(DataLoaderShard):
             if buffer.numel():
                 dist.broadcast(buffer, src=self._source, group=self.group)
             buffer = buffer.view(dtype)
-            for (index, shape), chunk in zip(members, buffer.split(sizes)):
+            for (index, shape), chunk in zip(members, buffer.split(sizes), strict=True):
                 views[index] = chunk.view(shape)
         skeleton = step.skeletons[self.process_index]
         if skeleton is None:

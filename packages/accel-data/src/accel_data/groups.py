@@ -16,7 +16,7 @@ import torch.distributed as dist
 from accel_state.errors import ConfigurationError
 from accel_state.groups import group_size
 
-from accel_data.sharding import _check_world
+from accel_data.shard_checks import check_world
 
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
@@ -40,13 +40,13 @@ def resolve_world(num_processes: int | None, process_index: int | None,
         num = num_processes if num_processes is not None else group_size(None)
         index = process_index if process_index is not None else (
             dist.get_rank() if _live() else 0)
-        _check_world(num, index)
+        check_world(num, index)
         return num, index
     size = group_size(group, owner)
     rank = dist.get_rank(group)
     num = size if num_processes is None else num_processes
     index = rank if process_index is None else process_index
-    _check_world(num, index)
+    check_world(num, index)
     if (num, index) != (size, rank):
         raise ConfigurationError(
             f"{owner} got num_processes={num}, process_index={index}, but group={group!r} has "

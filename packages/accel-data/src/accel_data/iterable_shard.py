@@ -16,7 +16,7 @@ import torch
 from accel_state.errors import ConfigurationError
 from torch.utils.data import IterableDataset
 
-from accel_data.sharding import _check_split, _check_world, _wrap
+from accel_data.shard_checks import check_split, check_world, wrap_around
 
 __all__ = ["IterableDatasetShard"]
 
@@ -36,13 +36,13 @@ class IterableDatasetShard(IterableDataset):
     def __init__(self, dataset: Iterable[Any], batch_size: int = 1, drop_last: bool = False,
                  num_processes: int = 1, process_index: int = 0,
                  split_batches: bool = False, even_batches: bool = True) -> None:
-        _check_world(num_processes, process_index)
+        check_world(num_processes, process_index)
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ConfigurationError(
                 f"IterableDatasetShard needs a positive int batch_size, got {batch_size!r}; "
                 "pass the DataLoader's batch size.")
         if split_batches:
-            _check_split(batch_size, num_processes, "IterableDatasetShard")
+            check_split(batch_size, num_processes, "IterableDatasetShard")
         self.dataset = dataset
         self.batch_size = batch_size
         self.drop_last = bool(drop_last)
@@ -117,7 +117,7 @@ class IterableDatasetShard(IterableDataset):
             if not head:
                 head = list(buffer)
             self.padded_real = len(buffer)
-            buffer.extend(_wrap(head, 0, round_size - len(buffer)))
+            buffer.extend(wrap_around(head, 0, round_size - len(buffer)))
             yield from buffer[lo:hi]
 
     def _after_start(self, round_size: int) -> tuple[Iterator[Any], list[Any]]:

@@ -11,6 +11,7 @@ indices).
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterator
 from contextlib import nullcontext
 from typing import Any
@@ -25,7 +26,20 @@ from accel_data.loader_state import _END, DataLoaderStateMixin
 from accel_data.placement import async_safe, onto_cpu
 from accel_data.samplers import SkipBatchSampler, get_sampler, keep_rng
 
-__all__ = ["DataLoaderStateMixin", "DataLoaderShard", "UnsizedLoaderError"]
+__all__ = ["DataLoaderStateMixin", "DataLoaderShard", "UnsizedLoaderError", "carried_settings"]
+
+# DataLoader settings a rebuilt loader carries over unchanged (those this torch accepts)
+_CARRIED = ("num_workers", "collate_fn", "pin_memory", "timeout", "worker_init_fn",
+            "multiprocessing_context", "generator", "prefetch_factor", "persistent_workers",
+            "pin_memory_device", "in_order")
+_ACCEPTED = frozenset(inspect.signature(DataLoader.__init__).parameters)
+
+
+def carried_settings(dataloader: DataLoader) -> dict[str, Any]:
+    """The settings of ``dataloader`` a loader rebuilt around it keeps (workers, collate,
+    pinning, ...): what ``prepare_data_loader`` and ``skip_first_batches`` both pass on."""
+    return {key: getattr(dataloader, key) for key in _CARRIED
+            if key in _ACCEPTED and hasattr(dataloader, key)}
 
 
 class _ItselfAsBase:

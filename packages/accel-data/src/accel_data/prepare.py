@@ -9,7 +9,6 @@ function, worker settings and generator are reused as they are.
 from __future__ import annotations
 
 import copy
-import inspect
 import sys
 import warnings
 from collections.abc import Callable, Iterator
@@ -23,7 +22,7 @@ from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSa
 
 from accel_data.groups import resolve_world
 from accel_data.iterable_shard import IterableDatasetShard
-from accel_data.loaders import DataLoaderShard
+from accel_data.loaders import DataLoaderShard, carried_settings
 from accel_data.samplers import ReplayableRandomSampler, SeedableRandomSampler, draw_seed
 from accel_data.sharding import BatchSamplerShard
 
@@ -32,11 +31,6 @@ if TYPE_CHECKING:
 
 __all__ = ["prepare_data_loader"]
 
-# DataLoader settings carried over unchanged (those this torch version accepts).
-_CARRIED = ("num_workers", "collate_fn", "pin_memory", "timeout", "worker_init_fn",
-            "multiprocessing_context", "generator", "prefetch_factor", "persistent_workers",
-            "pin_memory_device", "in_order")
-_ACCEPTED = frozenset(inspect.signature(DataLoader.__init__).parameters)
 
 
 class _ItemShardSampler(Sampler[int]):
@@ -51,11 +45,6 @@ class _ItemShardSampler(Sampler[int]):
 
     def __len__(self) -> int:
         return len(self.batch_sampler)
-
-
-def _carried_kwargs(dataloader: DataLoader) -> dict[str, Any]:
-    return {key: getattr(dataloader, key) for key in _CARRIED
-            if key in _ACCEPTED and hasattr(dataloader, key)}
 
 
 def _world_seed(seed: int) -> int:
@@ -337,7 +326,7 @@ def prepare_data_loader(dataloader: DataLoader, device: torch.device | str | Non
     iterable = isinstance(dataloader.dataset, IterableDataset)
     if dispatch_batches is None:
         dispatch_batches = iterable and put_on_device
-    kwargs = _carried_kwargs(dataloader)
+    kwargs = carried_settings(dataloader)
     seedable = bool(use_seedable_sampler)
     common = {"device": device if put_on_device else None, "non_blocking": non_blocking,
               "use_stateful_dataloader": use_stateful_dataloader}

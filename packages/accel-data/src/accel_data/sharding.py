@@ -11,47 +11,15 @@ same shape. Those duplicates are deterministic, so ``gather_for_metrics`` can dr
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from accel_state.errors import ConfigurationError
 from torch.utils.data import BatchSampler
 
+from accel_data.shard_checks import check_split, check_world, wrap_around
+
 __all__ = ["BatchSamplerShard"]
-
-
-def _check_world(num_processes: Any, process_index: Any) -> None:
-    """Reject a world size / rank pair that cannot describe a real process."""
-    if isinstance(num_processes, bool) or not isinstance(num_processes, int) or num_processes < 1:
-        raise ConfigurationError(
-            f"num_processes must be a positive int, got {num_processes!r}; pass the world size "
-            "(torch.distributed.get_world_size()).")
-    if (isinstance(process_index, bool) or not isinstance(process_index, int)
-            or not 0 <= process_index < num_processes):
-        raise ConfigurationError(
-            f"process_index must be an int in [0, {num_processes - 1}] for "
-            f"num_processes={num_processes}, got {process_index!r}; pass this process's rank.")
-
-
-def _check_split(batch_size: int | None, num_processes: int, owner: str) -> None:
-    """``split_batches`` cuts one batch into ``num_processes`` equal slices."""
-    if batch_size is None:
-        raise ConfigurationError(
-            f"split_batches=True needs the batch size of {owner}, which has no `batch_size` "
-            "attribute; give it a `batch_size` attribute or use split_batches=False.")
-    if batch_size % num_processes != 0:
-        raise ConfigurationError(
-            f"To use split_batches=True, the batch size ({batch_size}) of {owner} needs to "
-            f"be a round multiple of the number of processes ({num_processes}): each batch "
-            f"is cut into {num_processes} equal slices, and {batch_size} is not divisible by "
-            f"{num_processes}. Use a batch size that is a multiple of {num_processes}, or "
-            "split_batches=False.")
-
-
-def _wrap(head: Sequence[Any], start: int, count: int) -> list[Any]:
-    """``count`` items of the endless repetition of ``head``, from position ``start``."""
-    size = len(head)
-    return [head[(start + i) % size] for i in range(count)]
 
 
 class BatchSamplerShard(BatchSampler):
@@ -78,7 +46,7 @@ class BatchSamplerShard(BatchSampler):
                  even_batches: bool = True) -> None:
         # BatchSampler.__init__ is not called: it insists on a torch sampler and an int
         # batch size, and this class only wraps an existing batch sampler.
-        _check_world(num_processes, process_index)
+        check_world(num_processes, process_index)
         self.batch_sampler = batch_sampler
         self.num_processes = num_processes
         self.process_index = process_index
@@ -87,7 +55,7 @@ class BatchSamplerShard(BatchSampler):
         self.batch_size: int | None = getattr(batch_sampler, "batch_size", None)
         self.drop_last = bool(getattr(batch_sampler, "drop_last", False))
         if self.split_batches:
-            _check_split(self.batch_size, num_processes, type(batch_sampler).__name__)
+            check_split(self.batch_size, num_processes, type(batch_sampler).__name__)
 
     @property
     def sampler(self) -> Any:
@@ -271,9 +239,9 @@ class BatchSamplerShard(BatchSampler):
         if position < count - 1:
             yield mine  # a full batch of the last round
         elif position == count - 1:
-            yield list(last) + _wrap(head, 0, short) if short else mine
+            yield list(last) + wrap_around(head, 0, short) if short else mine
         else:
-            yield _wrap(head, short + (position - count) * size, size)
+            yield wrap_around(head, short + (position - count) * size, size)
 
     def _iter_split(self) -> Iterator[list[int]]:
         size = self.batch_size or 0
@@ -295,7 +263,7 @@ class BatchSamplerShard(BatchSampler):
             else:  # the short final batch: its real rows, padded or not
                 self.padded_real = len(batch)
                 if self.even_batches:
-                    yield (list(batch) + _wrap(head, 0, size - len(batch)))[lo:hi]
+                    yield (list(batch) + wrap_around(head, 0, size - len(batch)))[lo:hi]
                 elif len(batch) > lo:
                     yield batch[lo:hi]
 

@@ -14,8 +14,7 @@ from typing import Any
 from accel_state.errors import ConfigurationError
 from torch.utils.data import DataLoader, IterableDataset
 
-from accel_data.loaders import DataLoaderShard
-from accel_data.prepare import _carried_kwargs
+from accel_data.loaders import DataLoaderShard, carried_settings
 
 __all__ = ["SkipDataLoader", "skip_first_batches"]
 
@@ -57,7 +56,7 @@ def skip_first_batches(dataloader: DataLoader, num_batches: int = 0) -> DataLoad
     if not isinstance(dataloader, DataLoader):
         raise ConfigurationError(
             f"skip_first_batches expects a torch DataLoader, got {type(dataloader).__name__}.")
-    kwargs = _carried_kwargs(dataloader)
+    kwargs = carried_settings(dataloader)
     if isinstance(dataloader.dataset, IterableDataset):
         kwargs.update(batch_size=dataloader.batch_size, drop_last=dataloader.drop_last)
     elif dataloader.batch_sampler is not None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from accel_launch.flags import Flag, Group
+from accel_launch.flag_spec import Flag, Group
 
 __all__ = ["CORE_GROUPS"]
 

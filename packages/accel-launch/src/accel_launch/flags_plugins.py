@@ -4,7 +4,7 @@ message."""
 
 from __future__ import annotations
 
-from accel_launch.flags import Flag, Group
+from accel_launch.flag_spec import Flag, Group
 
 __all__ = ["DYNAMO_BACKENDS", "PLUGIN_GROUPS"]
 

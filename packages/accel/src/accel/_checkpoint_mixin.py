@@ -5,7 +5,7 @@ first save or load.
 not accel-checkpoint's manifests, hashing (xxhash), layouts and loaders: each method imports
 :mod:`accel._checkpointing` (which does the work) when it is called, and
 :func:`init_checkpointing` imports only the project configuration. ``accel.checkpointing``
-and ``accel._checkpointing`` re-export both names.
+re-exports both names; ``accel._checkpointing`` imports nothing of this module (no cycle).
 """
 
 from __future__ import annotations

@@ -43,13 +43,11 @@ from accel._checkpoint_hooks import (
 )
 from accel._checkpoint_layouts import checkpoint_layout
 from accel._checkpoint_loading import load_state
-from accel._checkpoint_mixin import CheckpointingMixin, init_checkpointing
 from accel._checkpoint_objects import scaler_of, shared_objects, weights_module
 
-__all__ = ["init_checkpointing", "save_state", "load_state", "register_for_checkpointing",
+__all__ = ["save_state", "load_state", "register_for_checkpointing",
            "register_save_state_pre_hook", "register_load_state_pre_hook", "save_model",
-           "get_state_dict", "wait_for_checkpoint", "checkpoint_gate", "checkpoint_sync_point",
-           "CheckpointingMixin"]
+           "get_state_dict", "wait_for_checkpoint", "checkpoint_gate", "checkpoint_sync_point"]
 
 def _stable_tensors(accelerator: Any) -> list[torch.Tensor]:
     """Tensors only an optimizer step changes: the prepared optimizers' parameters and

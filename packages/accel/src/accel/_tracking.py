@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Iterator, Mapping, MutableMapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from accel_state.errors import ConfigurationError
 from accel_tracking import (
@@ -21,11 +21,17 @@ from accel_tracking import (
     register_tracker_class,
 )
 
-if TYPE_CHECKING:
-    from accel.accelerator import Accelerator
-
 __all__ = ["TrackingMixin", "LOGGER_TYPE_TO_CLASS", "setup_tracking", "end_tracking",
            "init_trackers"]
+
+
+class _Tracked(Protocol):
+    """What the functions below read and set on an ``Accelerator``: a protocol, not the
+    class, since ``accel.accelerator`` imports this module (and no import goes back)."""
+
+    log_with: Any
+    _tracker_group: TrackerGroup
+    state: Any
 
 class _TrackerTable(MutableMapping[str, type[GeneralTracker]]):
     """Accelerate's name -> tracker class table, as a view of the tracker registry: it holds
@@ -59,18 +65,18 @@ class _TrackerTable(MutableMapping[str, type[GeneralTracker]]):
 LOGGER_TYPE_TO_CLASS: MutableMapping[str, type[GeneralTracker]] = _TrackerTable()
 
 
-def logging_dir_of(accelerator: Accelerator) -> str | os.PathLike[str] | None:
+def logging_dir_of(accelerator: _Tracked) -> str | os.PathLike[str] | None:
     """The logging directory from the project configuration (None when no project dir is set)."""
     return getattr(accelerator, "logging_dir", None)
 
 
-def setup_tracking(accelerator: Accelerator, log_with: Any) -> None:
+def setup_tracking(accelerator: _Tracked, log_with: Any) -> None:
     """Validate ``log_with`` at construction (unknown names and missing SDKs fail early)."""
     accelerator.log_with = filter_trackers(log_with, logging_dir_of(accelerator))
     accelerator._tracker_group = _group(accelerator, [], strict=None)
 
 
-def _group(accelerator: Accelerator, trackers: list[GeneralTracker],
+def _group(accelerator: _Tracked, trackers: list[GeneralTracker],
            strict: bool | None) -> TrackerGroup:
     # a partial of a module function, not a lambda: a pickled Accelerator carries its group.
     # It holds the accelerator's state (what accelerator.is_main_process reads), not the
@@ -84,7 +90,7 @@ def _is_main_process(state: Any) -> bool:
     return state.is_main_process
 
 
-def init_trackers(accelerator: Accelerator, project_name: str,
+def init_trackers(accelerator: _Tracked, project_name: str,
                   config: Mapping[str, Any] | None = None,
                   init_kwargs: Mapping[str, Mapping[str, Any]] | None = None,
                   strict: bool | None = None) -> None:
@@ -101,7 +107,7 @@ def init_trackers(accelerator: Accelerator, project_name: str,
     group.start(None if config is None else dict(config))
 
 
-def end_tracking(accelerator: Accelerator) -> None:
+def end_tracking(accelerator: _Tracked) -> None:
     """Finish every tracker once (they stay in ``trackers``); ``init_trackers`` may start anew."""
     accelerator._tracker_group.finish()
 

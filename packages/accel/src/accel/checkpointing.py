@@ -1,7 +1,8 @@
 """Accelerate's ``accelerate.checkpointing`` module path: re-exports only.
 
-The Accelerator's checkpoint methods (:class:`CheckpointingMixin`, ``save_state``,
-``load_state``, ...) live in ``accel._checkpointing``, the checkpoint layouts in
+The Accelerator's checkpoint methods (:class:`CheckpointingMixin`) live in
+``accel._checkpoint_mixin``, the work they delegate to (``save_state``, ``load_state``, ...)
+in ``accel._checkpointing``, the checkpoint layouts in
 ``accel._checkpoint_layouts``, Accelerate's functional layer (``save_accelerator_state``,
 ``load_accelerator_state``, ``save_custom_state``, ``load_custom_state``) in
 ``accel._checkpoint_objects``; formats, files and weights are accel-checkpoint's.
@@ -14,6 +15,7 @@ from accel_checkpoint.project import ProjectConfiguration
 from accel_checkpoint.weights import save
 from accel_inference.loading import load_checkpoint_in_model
 
+from accel._checkpoint_mixin import CheckpointingMixin, init_checkpointing
 from accel._checkpoint_objects import (
     load_accelerator_state,
     load_custom_state,
@@ -21,9 +23,7 @@ from accel._checkpoint_objects import (
     save_custom_state,
 )
 from accel._checkpointing import (
-    CheckpointingMixin,
     get_state_dict,
-    init_checkpointing,
     load_state,
     register_for_checkpointing,
     register_load_state_pre_hook,
