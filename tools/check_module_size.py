@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """Keep modules small enough to read in one sitting (DESIGN.md §6).
 
-A module over ``--warn`` lines (400) is reported as a warning: split it when you next touch
-it. A module over ``--max`` lines (800) fails the check: split it before merging.
-Only package sources count (``packages/*/src/**/*.py``); tests and tools are free.
+A module over ``--max`` lines (400) fails the check: split it along a real seam (what one
+part does that the other does not need) before merging, and re-export from the old module
+what other packages import from it. Only package sources count
+(``packages/*/src/**/*.py``); tests and tools are free.
 
-Usage: ``python3 tools/check_module_size.py [--root REPO] [--warn 400] [--max 800]``.
+Usage: ``python3 tools/check_module_size.py [--root REPO] [--max 400]``.
 Exit 0 when no module is over the limit, 1 otherwise.
 """
 
@@ -14,6 +15,9 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+
+#: Lines a package module may have (issue 40.7: it was a warning at 400, an error at 800).
+LIMIT = 400
 
 
 def count_lines(path: Path) -> int:
@@ -25,8 +29,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parent.parent,
                         help="repository root holding packages/*/src (default: this checkout)")
-    parser.add_argument("--warn", type=int, default=400, help="warn above this many lines")
-    parser.add_argument("--max", type=int, default=800, help="fail above this many lines")
+    parser.add_argument("--max", type=int, default=LIMIT,
+                        help=f"fail above this many lines (default {LIMIT})")
     args = parser.parse_args(argv)
     if not (args.root / "packages").is_dir():
         print(f"check_module_size: {args.root}/packages is not a directory; pass --root REPO",
@@ -36,12 +40,10 @@ def main(argv: list[str] | None = None) -> int:
     failures = 0
     for path in modules:
         lines = count_lines(path)
-        rel = path.relative_to(args.root)
         if lines > args.max:
             failures += 1
-            print(f"{rel}: {lines} lines > {args.max} (hard limit): split this module")
-        elif lines > args.warn:
-            print(f"{rel}: {lines} lines > {args.warn} (warning): consider splitting it")
+            print(f"{path.relative_to(args.root)}: {lines} lines > {args.max}: split this "
+                  "module along a seam")
     if failures:
         print(f"check_module_size: {failures} module(s) over {args.max} lines", file=sys.stderr)
         return 1

@@ -162,7 +162,7 @@ def test_chunk_digests_of_pieces_larger_than_the_cache_piece_match_the_whole():
     import hashlib
 
     import xxhash
-    from accel_checkpoint.hashing import _CACHE_PIECE, chunk_digests
+    from accel_checkpoint.records import _CACHE_PIECE, chunk_digests
 
     data = bytes(range(256)) * ((3 * _CACHE_PIECE) // 256) + b"tail"
     pieces = [data[:7], memoryview(data)[7:2 * _CACHE_PIECE + 13], data[2 * _CACHE_PIECE + 13:]]

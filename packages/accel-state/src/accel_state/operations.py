@@ -13,27 +13,26 @@ the one import path.
 Debug mode (``ACCEL_DEBUG_MODE=1`` / ``ACCELERATE_DEBUG_MODE=1``): before a verified
 collective, every rank shares the shapes of its inputs; on a mismatch *every* rank
 raises :class:`DistributedOperationException` naming each rank's shapes, instead of
-the job hanging or failing deep inside the backend.
+the job hanging or failing deep inside the backend (:mod:`accel_state.operation_checks`,
+whose two decorators are re-exported here).
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import sys
 import warnings
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from accel_state import env
 from accel_state.errors import (
     ConfigurationError,
     DistributedError,
     DistributedOperationException,
 )
 from accel_state.groups import _collective_device, _local_device, group_size, source_rank
+from accel_state.operation_checks import chained_operation, verify_operation
 from accel_state.structures import (
     CannotPadNestedTensorWarning,
     ConvertOutputsToFp32,
@@ -75,7 +74,6 @@ __all__ = [
 if TYPE_CHECKING:
     from torch.distributed import ProcessGroup
 
-_F = TypeVar("_F", bound=Callable[..., Any])
 _REDUCTIONS = ("mean", "sum", "max", "none")
 
 
@@ -84,88 +82,6 @@ def _leaves(data: Any, strict: bool = True) -> list[torch.Tensor]:
     found: list[torch.Tensor] = []
     recursively_apply(found.append, data, error_on_other_type=strict)
     return found
-
-
-# --- debug-mode verification ---------------------------------------------------------------
-
-def _first_tensor_argument(args: tuple, kwargs: dict) -> Any:
-    if "tensor" in kwargs:
-        return kwargs["tensor"]
-    return args[0] if args else None
-
-
-def _check_devices(operation: str, data: Any) -> str | None:
-    """A message when a tensor sits on a device the backend cannot use (e.g. CPU with NCCL)."""
-    config = str(torch.distributed.get_backend_config())  # e.g. "cpu:gloo,cuda:nccl"
-    if ":" not in config:
-        return None
-    for leaf in _leaves(data, strict=False):
-        kind = leaf.device.type
-        if f"{kind}:" not in config:
-            return (f"a tensor passed to `{operation}` is on {kind!r}, which the process-group "
-                    f"backend ({config}) cannot use; move it to the training device first.")
-    return None
-
-
-def _debug_mode() -> bool:
-    """``PartialState().debug`` once the state exists (Accelerate's switch, which a script may
-    flip at run time), else ``ACCELERATE_DEBUG_MODE`` (which the state starts from)."""
-    from accel_state.state import PartialState
-
-    shared = PartialState._shared_state
-    if "debug" in shared:
-        return bool(shared["debug"])
-    return env.DEBUG_MODE.get_bool(False)
-
-
-def verify_operation(function: _F) -> _F:
-    """Decorator: in debug mode, compare input shapes across ranks before ``function`` runs.
-
-    The first argument (or ``tensor=``) is checked. Every rank of the operation's
-    ``group=`` (the default group without one) takes part in the check and every rank
-    raises on a mismatch, so nothing is left waiting in a collective.
-    """
-
-    @functools.wraps(function)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        group = kwargs.get("group")
-        if group_size(group) == 1 or not _debug_mode():
-            return function(*args, **kwargs)
-        operation = f"{function.__module__}.{function.__name__}"
-        data = _first_tensor_argument(args, kwargs)
-        report = {"shapes": get_shape(data), "device": _check_devices(operation, data)}
-        reports = gather_object([report], group=group)
-        problems = [f"Process {i}: {r['device']}" for i, r in enumerate(reports) if r["device"]]
-        if problems:
-            raise DistributedOperationException(
-                f"Cannot apply `{operation}`: tensors are on the wrong device.\n  - "
-                + "\n  - ".join(problems))
-        shapes = [r["shapes"] for r in reports]
-        if any(s != shapes[0] for s in shapes):
-            listing = "\n  - ".join(f"Process {i}: {s}" for i, s in enumerate(shapes))
-            raise DistributedOperationException(
-                f"Cannot apply `{operation}`: the input shapes differ across processes, and "
-                f"every process must pass the same shapes (pad with `pad_across_processes` "
-                f"first when only the batch size differs).\n\nOperation: `{operation}`\n"
-                f"Input shapes:\n  - {listing}")
-        return function(*args, **kwargs)
-
-    return wrapper  # type: ignore[return-value]
-
-
-def chained_operation(function: _F) -> _F:
-    """Decorator: re-raise a :class:`DistributedOperationException` naming this outer operation."""
-
-    @functools.wraps(function)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return function(*args, **kwargs)
-        except DistributedOperationException as error:
-            operation = f"{function.__module__}.{function.__name__}"
-            raise DistributedOperationException(
-                f"Error found while calling `{operation}`: {error}") from error
-
-    return wrapper  # type: ignore[return-value]
 
 
 # --- collectives ---------------------------------------------------------------------------
