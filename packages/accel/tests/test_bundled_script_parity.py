@@ -14,12 +14,11 @@ from unittest.mock import Mock
 
 import pytest
 import torch
-from accel_state import ConfigurationError, DistributedType, PartialState
-from accel_state.operations import _debug_mode
-from torch.utils.data import DataLoader, IterableDataset
-
 from accel import Accelerator, DataLoaderConfiguration
 from accel.state import AcceleratorState
+from accel_state import ConfigurationError, DistributedType, PartialState
+from accel_state.operation_checks import _debug_mode
+from torch.utils.data import DataLoader, IterableDataset
 
 
 class _Stream(IterableDataset):
