@@ -153,3 +153,17 @@ def test_an_agent_takes_the_highest_restart_count_of_the_machines(monkeypatch) -
         agent._rendezvous(group)  # nothing published (one machine): its own count stays
         assert agent._remaining_restarts == 2
     assert api.LocalElasticAgent is original
+
+
+def test_a_launcher_says_when_the_machines_met_again_or_an_elastic_job_starts_short() -> None:
+    from accel_launch.membership import membership_note
+
+    assert membership_note(0, 0, 3, 2, 3, 2) is None  # all there: nothing to say
+    assert membership_note(0, 0, 2, 2, 2, 1) is None
+    assert membership_note(0, 0, 2, 2, 3, 2) == (
+        "the job starts with 2 of up to 3 machines (--min_machines 2); a machine that joins "
+        "later restarts the workers with it.")
+    assert membership_note(1, 1, 2, 2, 3, 2) == (
+        "the machines met again (restart 1): 2 machine(s) within --min_machines 2 .. "
+        "--max_machines 3, 4 process(es) in all; the workers start again from the beginning "
+        "of the script (load_state() resumes them from the last checkpoint).")

@@ -7,6 +7,11 @@ is created once per session and deleted at its end, even after a failure; every 
 started in a namespace is killed after each test (``ip netns pids``), so none outlives it.
 Creating namespaces needs root (CAP_SYS_ADMIN) and iproute2: without them every test here
 is skipped, naming the reason.
+
+Three machines (``three_machines``) are a trio of their own, made only when a test asks for
+it: a bridge in the first namespace (10.78.0.1/24 on the bridge) joins a veth end from each
+of the other two (10.78.0.2, 10.78.0.3), so every machine reaches every other one, and
+still nothing else.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[3]
 SCRIPTS = Path(__file__).parent / "scripts"
 ADDRESSES = ("10.77.0.1", "10.77.0.2")
+TRIO_ADDRESSES = ("10.78.0.1", "10.78.0.2", "10.78.0.3")
 _PORTS = itertools.count(29610)
 
 
@@ -81,13 +87,13 @@ class Launched:
 
 @dataclass
 class Machines:
-    """The namespace pair: ``names[i]`` holds ``ADDRESSES[i]``."""
+    """The namespaces: ``names[i]`` holds ``addresses[i]``."""
 
-    names: tuple[str, str]
-    interfaces: tuple[str, str]
-    """The veth end of each namespace: its GLOO_SOCKET_IFNAME (the hostname of these test
+    names: tuple[str, ...]
+    interfaces: tuple[str, ...]
+    """The interface of each namespace: its GLOO_SOCKET_IFNAME (the hostname of these test
     machines resolves to loopback, which gloo would otherwise advertise to the peers)."""
-    addresses: tuple[str, str] = ADDRESSES
+    addresses: tuple[str, ...] = ADDRESSES
     """The address of each namespace on the veth pair."""
 
     def new_port(self) -> int:
@@ -121,13 +127,17 @@ class Machines:
         out = _ip("netns", "pids", self.names[machine], check=False).stdout
         return [int(p) for p in out.split() if p.strip().isdigit()]
 
+    def kill_machine(self, machine: int) -> None:
+        """SIGKILL every process of that namespace: the machine is lost."""
+        for pid in self.pids(machine):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
     def kill_all(self) -> None:
         for machine in range(len(self.names)):
-            for pid in self.pids(machine):
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+            self.kill_machine(machine)
 
 
 def _create(names: tuple[str, str], veth: tuple[str, str]) -> None:
@@ -141,27 +151,73 @@ def _create(names: tuple[str, str], veth: tuple[str, str]) -> None:
         _ip("-n", name, "link", "set", "lo", "up")
 
 
-@pytest.fixture(scope="session")
-def _namespaces() -> Iterator[Machines]:
+def _create_trio(names: tuple[str, ...], interfaces: tuple[str, ...]) -> None:
+    for name in names:
+        _ip("netns", "add", name)
+        _ip("-n", name, "link", "set", "lo", "up")
+    hub, bridge = names[0], interfaces[0]
+    _ip("-n", hub, "link", "add", bridge, "type", "bridge")
+    _ip("-n", hub, "addr", "add", f"{TRIO_ADDRESSES[0]}/24", "dev", bridge)
+    _ip("-n", hub, "link", "set", bridge, "up")
+    for index in (1, 2):
+        port = f"{bridge}p{index}"
+        _ip("link", "add", interfaces[index], "netns", names[index], "type", "veth", "peer",
+            "name", port, "netns", hub)
+        _ip("-n", hub, "link", "set", port, "master", bridge)
+        _ip("-n", hub, "link", "set", port, "up")
+        _ip("-n", names[index], "addr", "add", f"{TRIO_ADDRESSES[index]}/24", "dev",
+            interfaces[index])
+        _ip("-n", names[index], "link", "set", interfaces[index], "up")
+
+
+def _made(names: tuple[str, ...], create) -> None:
+    """Run ``create``; skip (naming the reason) where namespaces cannot be made."""
     if not sys.platform.startswith("linux") or shutil.which("ip") is None:
         pytest.skip("multi-machine tests need Linux network namespaces and iproute2's `ip`")
-    tag = str(os.getpid())[-7:]
-    names = (f"accel-mm-{tag}-0", f"accel-mm-{tag}-1")
-    machines = Machines(names, (f"amm{tag}a", f"amm{tag}b"))
     try:
-        _create(names, machines.interfaces)
+        create()
     except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as exc:
         reason = getattr(exc, "stderr", "") or str(exc)
         for name in names:
             _ip("netns", "del", name, check=False)
         pytest.skip(f"cannot create network namespaces (needs root / CAP_SYS_ADMIN): "
                     f"{str(reason).strip()}")
+
+
+def _torn_down(machines: Machines) -> Iterator[Machines]:
     try:
         yield machines
     finally:
         machines.kill_all()
-        for name in names:
+        for name in machines.names:
             _ip("netns", "del", name, check=False)
+
+
+@pytest.fixture(scope="session")
+def _namespaces() -> Iterator[Machines]:
+    tag = str(os.getpid())[-7:]
+    names = (f"accel-mm-{tag}-0", f"accel-mm-{tag}-1")
+    machines = Machines(names, (f"amm{tag}a", f"amm{tag}b"))
+    _made(names, lambda: _create(names, machines.interfaces))
+    yield from _torn_down(machines)
+
+
+@pytest.fixture(scope="session")
+def _trio_namespaces() -> Iterator[Machines]:
+    tag = str(os.getpid())[-7:]
+    names = tuple(f"accel-mm-{tag}-t{i}" for i in range(3))
+    machines = Machines(names, (f"amt{tag}b", f"amt{tag}1", f"amt{tag}2"), TRIO_ADDRESSES)
+    _made(names, lambda: _create_trio(names, machines.interfaces))
+    yield from _torn_down(machines)
+
+
+@pytest.fixture
+def three_machines(_trio_namespaces: Machines) -> Iterator[Machines]:
+    """Three namespaces on one bridge; whatever a test started there is killed afterwards."""
+    try:
+        yield _trio_namespaces
+    finally:
+        _trio_namespaces.kill_all()
 
 
 @pytest.fixture

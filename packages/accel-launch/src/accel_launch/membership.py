@@ -23,7 +23,8 @@ from typing import Any
 
 from accel_state.errors import ConfigurationError
 
-__all__ = ["agreeing_agent", "check_machine_range", "machine_range", "resolve_machine_range"]
+__all__ = ["agreeing_agent", "check_machine_range", "machine_range", "membership_note",
+           "new_agreement", "resolve_machine_range"]
 
 
 def machine_range(args: argparse.Namespace) -> tuple[int, int]:
@@ -112,3 +113,19 @@ def agreeing_agent() -> Iterator[None]:
 def new_agreement() -> _Agreement:
     """A fresh agreement for one rendezvous handler."""
     return _Agreement()
+
+
+def membership_note(rounds: int, restarts: int, machines: int, low: int, high: int,
+                    per_machine: int) -> str | None:
+    """The line a launcher prints after a c10d rendezvous that is worth a word: a job
+    formed again after a restart, or an elastic job that starts short of MAX."""
+    processes = machines * per_machine
+    if rounds:
+        return (f"the machines met again (restart {restarts}): {machines} machine(s) within "
+                f"--min_machines {low} .. --max_machines {high}, {processes} process(es) in "
+                "all; the workers start again from the beginning of the script (load_state() "
+                "resumes them from the last checkpoint).")
+    if machines < high:
+        return (f"the job starts with {machines} of up to {high} machines (--min_machines "
+                f"{low}); a machine that joins later restarts the workers with it.")
+    return None

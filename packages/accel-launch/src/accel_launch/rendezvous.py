@@ -28,13 +28,14 @@ import ipaddress
 import json
 import os
 import socket
+import sys
 import threading
 import time
 from typing import Any
 
 from accel_launch.heartbeat import Heartbeat
 from accel_launch.machines import MachinesError, Progress, meet, progress_interval
-from accel_launch.membership import new_agreement
+from accel_launch.membership import membership_note, new_agreement
 
 __all__ = ["JOB_KEY", "register_backends", "wrapped_backend"]
 
@@ -177,6 +178,7 @@ class _MeetingRendezvous:
         self._beat: Heartbeat | None = None
         self._line: socket.socket | None = None  # machine 1+: idle connection to machine 0
         self.restart_agreement = new_agreement()  # filled by membership.agreeing_agent
+        self._rounds = 0  # rendezvous this launcher has been part of
         self.endpoint = params.endpoint
         self.timeout = float(job["timeout"])
 
@@ -254,5 +256,12 @@ class _MeetingRendezvous:
                    me=self._me(address, info.rank), progress=self._progress(60.0),
                    claim=False, lost=self._lost)
         # every machine of this round starts its workers with the same restart count
-        self.restart_agreement.agreed = max(int(e.get("restarts", 0)) for e in met.values())
+        agreed = max(int(e.get("restarts", 0)) for e in met.values())
+        self.restart_agreement.agreed = agreed
+        note = membership_note(self._rounds, agreed, info.world_size, self._params.min_nodes,
+                               self._params.max_nodes,
+                               int(self._job["shape"]["processes_per_machine"]))
+        self._rounds += 1
+        if note:
+            print(f"accel launch: {note}", file=sys.stderr, flush=True)
         return info
