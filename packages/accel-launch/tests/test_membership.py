@@ -167,3 +167,39 @@ def test_a_launcher_says_when_the_machines_met_again_or_an_elastic_job_starts_sh
         "the machines met again (restart 1): 2 machine(s) within --min_machines 2 .. "
         "--max_machines 3, 4 process(es) in all; the workers start again from the beginning "
         "of the script (load_state() resumes them from the last checkpoint).")
+
+
+@pytest.mark.parametrize("failure", ["RendezvousTimeoutError", "RendezvousConnectionError"])
+def test_a_job_that_cannot_meet_again_after_a_loss_says_why(failure) -> None:
+    rendezvous = pytest.importorskip("torch.distributed.elastic.rendezvous")
+    from accel_launch.rendezvous import _MeetingRendezvous
+
+    error = getattr(rendezvous, failure)
+
+    class Gone:  # torch's handler once the machines have met and a machine was lost
+        def next_rendezvous(self):
+            raise error("from torch")
+
+        def num_nodes_waiting(self):
+            raise error("from torch")
+
+    params = SimpleNamespace(endpoint="127.0.0.1:29400", min_nodes=2, max_nodes=3)
+    job = {"timeout": 20, "shape": {"processes_per_machine": "1"}, "unreachable_limit": 5}
+    handler = _MeetingRendezvous("accel-c10d", Gone(), job, params)
+    with pytest.raises(error):  # the first meeting: torch's error, handled as before
+        handler.next_rendezvous()
+    handler._rounds = 1
+    if failure == "RendezvousTimeoutError":
+        with pytest.raises(MachinesError) as caught:
+            handler.next_rendezvous()
+        assert str(caught.value) == (
+            "fewer than --min_machines 2 machines met again within 20 s (--rdzv_timeout) "
+            "after the workers stopped: the job cannot go on. Its checkpoints are kept: start "
+            "at least 2 machines again to resume from the last one.")
+    else:
+        for call in (handler.next_rendezvous, handler.num_nodes_waiting):
+            with pytest.raises(MachinesError) as caught:
+                call()
+            assert str(caught.value).startswith(
+                "the rendezvous at 127.0.0.1:29400 is gone (the machine hosting it was lost: "
+                "machine 0, unless --rdzv_endpoint names another host)")

@@ -24,7 +24,7 @@ from typing import Any
 from accel_state.errors import ConfigurationError
 
 __all__ = ["agreeing_agent", "check_machine_range", "machine_range", "membership_note",
-           "new_agreement", "resolve_machine_range"]
+           "new_agreement", "resolve_machine_range", "store_lost_note", "too_few_note"]
 
 
 def machine_range(args: argparse.Namespace) -> tuple[int, int]:
@@ -129,3 +129,19 @@ def membership_note(rounds: int, restarts: int, machines: int, low: int, high: i
         return (f"the job starts with {machines} of up to {high} machines (--min_machines "
                 f"{low}); a machine that joins later restarts the workers with it.")
     return None
+
+
+def too_few_note(low: int, timeout: float) -> str:
+    """Why a launcher whose job lost machines stops: too few came back to go on."""
+    return (f"fewer than --min_machines {low} machines met again within {timeout:.0f} s "
+            "(--rdzv_timeout) after the workers stopped: the job cannot go on. Its checkpoints "
+            f"are kept: start at least {low} machines again to resume from the last one.")
+
+
+def store_lost_note(endpoint: str) -> str:
+    """Why a launcher whose job lost the machine hosting the rendezvous stops."""
+    return (f"the rendezvous at {endpoint} is gone (the machine hosting it was lost: machine "
+            "0, unless --rdzv_endpoint names another host), so the machines left cannot meet "
+            "again. The job's checkpoints are kept: start the machines again to resume from "
+            "the last one; to outlive machine 0, give --rdzv_endpoint a host that is not a "
+            "training machine.")

@@ -35,7 +35,12 @@ from typing import Any
 
 from accel_launch.heartbeat import Heartbeat
 from accel_launch.machines import MachinesError, Progress, meet, progress_interval
-from accel_launch.membership import membership_note, new_agreement
+from accel_launch.membership import (
+    membership_note,
+    new_agreement,
+    store_lost_note,
+    too_few_note,
+)
 
 __all__ = ["JOB_KEY", "register_backends", "wrapped_backend"]
 
@@ -205,6 +210,18 @@ class _MeetingRendezvous:
     def _progress(self, limit: float) -> Progress:
         return Progress(self.endpoint, limit, progress_interval(self.timeout))
 
+    def num_nodes_waiting(self) -> int:
+        """torch's answer (asked by the agent while the workers run); the rendezvous store
+        gone once the machines had met is named as a lost host, not a bad address."""
+        from torch.distributed.elastic.rendezvous import RendezvousConnectionError
+
+        try:
+            return int(self._inner.num_nodes_waiting())
+        except RendezvousConnectionError:
+            if not self._rounds:
+                raise
+            raise MachinesError(store_lost_note(self.endpoint)) from None
+
     def next_rendezvous(self) -> Any:
         if self._name == "accel-static":
             return self._static()
@@ -250,8 +267,23 @@ class _MeetingRendezvous:
             with wait_until_reachable(host, port, progress, world,
                                       float(self._job["unreachable_limit"])) as line:
                 address = str(line.getsockname()[0])
+        from torch.distributed.elastic.rendezvous import (
+            RendezvousConnectionError,
+            RendezvousTimeoutError,
+        )
+
         with _Ticker(progress, world):
-            info = self._inner.next_rendezvous()
+            try:
+                info = self._inner.next_rendezvous()
+            except RendezvousTimeoutError:
+                if not self._rounds:
+                    raise
+                raise MachinesError(too_few_note(int(self._params.min_nodes),
+                                                 self.timeout)) from None
+            except RendezvousConnectionError:
+                if not self._rounds:
+                    raise
+                raise MachinesError(store_lost_note(self.endpoint)) from None
         met = meet(info.store, prefix="accel", index=info.rank, world=info.world_size,
                    me=self._me(address, info.rank), progress=self._progress(60.0),
                    claim=False, lost=self._lost)
