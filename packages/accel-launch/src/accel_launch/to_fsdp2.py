@@ -122,8 +122,9 @@ def to_fsdp2_command(args: argparse.Namespace,
     """Convert ``--config_file``; a missing input raises ``FileNotFoundError``, an existing
     output without ``--overwrite`` ``FileExistsError`` (both also ``ConfigurationError``).
     Each key renamed or dropped is a warning of the ``accel_launch.to_fsdp2`` logger, as
-    Accelerate logs them (with no logging set up, Python prints warnings on stderr). ``read`` (path -> settings) replaces the checked file reader:
-    Accelerate's module reads through its ``load_config``, which code and tests replace."""
+    Accelerate logs them (with no logging set up, Python prints warnings on stderr).
+    ``read`` (path -> settings) replaces the checked file reader: Accelerate's module reads
+    through its ``load_config``, which code and tests replace."""
     from accel_state.errors import ConfigurationError
 
     from accel_launch._file_errors import ConfigFileNotFoundError, OutputFileExistsError

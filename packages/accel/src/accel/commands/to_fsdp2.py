@@ -14,8 +14,8 @@ from accel_launch.to_fsdp2 import (
     convert_config_to_fsdp2,
     load_config,
 )
-from accel_launch.to_fsdp2 import to_fsdp2_command as _convert_file
 from accel_launch.to_fsdp2 import register as to_fsdp2_command_register
+from accel_launch.to_fsdp2 import to_fsdp2_command as _convert_file
 
 from accel._module_compat import forward_to
 
