@@ -123,7 +123,7 @@ def test_the_roll_call_names_the_machine_that_stopped_beating() -> None:
 
     store = torch_dist.HashStore()
     _meet_all(store, {0: _me(0), 1: _me(1), 2: _me(2)}, 3)
-    beats = [Heartbeat(store, "t", rank, 3, interval=0.05).start() for rank in range(3)]
+    beats = [Heartbeat(store, "t", rank, 3, interval=0.2).start() for rank in range(3)]
     try:
         assert beats[0].roll_call() == []
         beats[2].stop()
@@ -132,3 +132,22 @@ def test_the_roll_call_names_the_machine_that_stopped_beating() -> None:
     finally:
         for beat in beats:
             beat.stop()
+
+
+def test_an_address_unreachable_until_the_rendezvous_ends_is_named(monkeypatch) -> None:
+    """A loaded machine's first attempt may start late: when the rendezvous time runs out
+    before the unreachable limit, the address is still what the error names."""
+    import io
+    import socket
+
+    from accel_launch import rendezvous
+
+    def times_out(*args, **kwargs):
+        raise TimeoutError("timed out")
+
+    monkeypatch.setattr(socket, "create_connection", times_out)
+    monkeypatch.setattr(rendezvous.time, "sleep", lambda s: None)
+    progress = Progress("10.0.0.9:1", 5.0, 100.0, out=io.StringIO(), started=1.0)  # long over
+    with pytest.raises(rendezvous.MachinesError, match=r"cannot reach machine 0 at "
+                                                       r"10\.0\.0\.9:1 .* within 12 s"):
+        rendezvous.wait_until_reachable("10.0.0.9", 1, progress, 2, unreachable_limit=12.0)

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -13,6 +15,9 @@ pytestmark = pytest.mark.multiprocess
 
 SCRIPT = str(Path(__file__).parent / "scripts" / "machines_train.py")
 MAIN = "10.77.0.1"  # machine 0's address (conftest.ADDRESSES)
+WRONG = "10.77.0.9"  # on the machines' network, but no machine has it
+RDZV = 12  # --rdzv_timeout of the unreachable and never-joining cases (s)
+STARTUP = 30  # --startup_timeout of the start-up loss (s)
 
 
 def _flags(port: int, rank: int, **over: str) -> list[str]:
@@ -53,33 +58,86 @@ def test_machines_that_disagree_are_both_refused_naming_the_field(
     print(f"{field} mismatch: machines exited after {took[0]:.1f} s and {took[1]:.1f} s")
 
 
-def test_an_unreachable_main_process_ip_is_named(machines, tmp_path: Path) -> None:
-    wrong = "10.77.0.9"  # on the machines' network, but no machine has it
-    one = machines.launch(1, *_flags(machines.new_port(), 1, main_process_ip=wrong,
-                                     rdzv_timeout="12"), SCRIPT, "once", str(tmp_path))
-    took = _finish_all([one], 12)[0]
+def _note_exits(launched) -> None:
+    """Note when each of ``launched`` exited (they end while the others still run)."""
+    for one in launched:
+        if one.ended is None and one.popen.poll() is not None:
+            one.ended = time.monotonic()
+    time.sleep(0.1)
+
+
+@pytest.fixture(scope="module")
+def waits(_namespaces, tmp_path_factory) -> Iterator[SimpleNamespace]:
+    """The three cases that end at a time limit, started together (each on a port and in a
+    folder of its own) so that their waits overlap; each test below reads its own. A machine
+    lost during start-up: both launchers, machine 1's killed once its worker runs. An
+    unreachable machine 0: machine 1 alone, pointed at an address nobody has. A machine that
+    never joins: machine 0 alone. What they started is killed afterwards."""
+    machines = _namespaces
+    folders = {name: tmp_path_factory.mktemp(name) for name in ("lost", "unreachable", "alone")}
+    port = machines.new_port()
+    lost = [machines.launch(rank, *_flags(port, rank, startup_timeout=str(STARTUP)), SCRIPT,
+                            "late", str(folders["lost"])) for rank in (0, 1)]
+    unreachable = machines.launch(1, *_flags(machines.new_port(), 1, main_process_ip=WRONG,
+                                             rdzv_timeout=str(RDZV)),
+                                  SCRIPT, "once", str(folders["unreachable"]))
+    alone_port = machines.new_port()
+    alone = machines.launch(0, *_flags(alone_port, 0, rdzv_timeout=str(RDZV)), SCRIPT, "once",
+                            str(folders["alone"]))
+    watched = [lost[0], unreachable, alone]
+    try:
+        deadline = time.monotonic() + 120
+        while not (folders["lost"] / "rank-1.pid").exists():
+            assert time.monotonic() < deadline and lost[0].popen.poll() is None, \
+                lost[0].finish(5).explain()
+            _note_exits(watched)
+        killed = time.monotonic()
+        lost[1].popen.kill()  # machine 1 dies while machine 0 waits in init_process_group
+        deadline = killed + STARTUP + 30
+        while time.monotonic() < deadline and any(o.popen.poll() is None for o in watched):
+            _note_exits(watched)
+        yield SimpleNamespace(lost=lost[0].finish(5), killed=killed,
+                              unreachable=unreachable.finish(5), alone=alone.finish(5),
+                              alone_port=alone_port)
+    finally:
+        machines.kill_all()
+
+
+def test_an_unreachable_main_process_ip_is_named(waits) -> None:
+    one = waits.unreachable
+    took = one.ended - one.started
     assert one.returncode == 1, one.explain()
-    assert f"cannot reach machine 0 at {wrong}:" in one.stderr, one.explain()
-    assert "within 12 s" in one.stderr
+    assert f"cannot reach machine 0 at {WRONG}:" in one.stderr, one.explain()
+    assert f"within {RDZV} s" in one.stderr
     assert one.stderr.count("\n") < 15, "retries must print one line per interval\n" + \
         one.explain()
-    assert 12 <= took < 30
-    print(f"unreachable address: named after {took:.1f} s (limit 12 s)")
+    assert RDZV <= took < RDZV + 18
+    print(f"unreachable address: named after {took:.1f} s (limit {RDZV} s)")
 
 
-def test_a_machine_that_never_joins_is_named_with_progress_meanwhile(
-        machines, tmp_path: Path) -> None:
-    port = machines.new_port()
-    one = machines.launch(0, *_flags(port, 0, rdzv_timeout="12"), SCRIPT, "once",
-                          str(tmp_path))
-    took = _finish_all([one], 12)[0]
+def test_a_machine_that_never_joins_is_named_with_progress_meanwhile(waits) -> None:
+    one, port = waits.alone, waits.alone_port
+    took = one.ended - one.started
     assert one.returncode == 1, one.explain()
-    assert (f"waiting for machines 1/2 at {MAIN}:{port} (5 s of 12 s); not yet: "
+    assert (f"waiting for machines 1/2 at {MAIN}:{port} (5 s of {RDZV} s); not yet: "
             "machine rank 1") in one.stderr, one.explain()
-    assert ("machine rank 1 never joined within 12 s (--rdzv_timeout); joined: 0."
+    assert (f"machine rank 1 never joined within {RDZV} s (--rdzv_timeout); joined: 0."
             in one.stderr), one.explain()
-    assert 12 <= took < 30
-    print(f"never joined: named after {took:.1f} s (limit 12 s)")
+    assert RDZV <= took < RDZV + 18
+    print(f"never joined: named after {took:.1f} s (limit {RDZV} s)")
+
+
+def test_a_machine_lost_during_start_up_is_named_within_the_startup_limit(waits) -> None:
+    survivor = waits.lost
+    assert survivor.returncode == 124, survivor.explain()
+    error = [line for line in survivor.stderr.splitlines() if "error:" in line][-1]
+    assert error.startswith("accel launch: error: machine rank 1 (") and "was lost" in error, \
+        error
+    assert (f"The job did not start. No rank made its first step within {STARTUP} s of the "
+            "launch (--startup_timeout)") in error, error
+    print(f"lost during start-up: machine 0 named it {survivor.ended - waits.killed:.1f} s "
+          f"after the kill ({survivor.ended - survivor.started:.1f} s after its launch, limit "
+          f"{STARTUP} s)")
 
 
 def test_a_duplicate_machine_rank_is_refused_and_the_job_goes_on(
@@ -100,26 +158,3 @@ def test_a_duplicate_machine_rank_is_refused_and_the_job_goes_on(
     assert sorted(p.name for p in tmp_path.glob("rank-*.done")) == ["rank-0.done",
                                                                     "rank-1.done"]
     print(f"duplicate rank: refused after {took[ones.index(refused[0])]:.1f} s")
-
-
-def test_a_machine_lost_during_start_up_is_named_within_the_startup_limit(
-        machines, tmp_path: Path) -> None:
-    port = machines.new_port()
-    pair = [machines.launch(rank, *_flags(port, rank, startup_timeout="30"), SCRIPT, "late",
-                            str(tmp_path)) for rank in (0, 1)]
-    deadline = time.monotonic() + 120
-    while not (tmp_path / "rank-1.pid").exists():
-        assert time.monotonic() < deadline and pair[0].popen.poll() is None, \
-            pair[0].finish(5).explain()
-        time.sleep(0.2)
-    killed = time.monotonic()
-    pair[1].popen.kill()  # machine 1 dies while machine 0 waits in init_process_group
-    survivor = pair[0].finish(60)
-    assert survivor.returncode == 124, survivor.explain()
-    error = [line for line in survivor.stderr.splitlines() if "error:" in line][-1]
-    assert error.startswith("accel launch: error: machine rank 1 (") and "was lost" in error, \
-        error
-    assert ("The job did not start. No rank made its first step within 30 s of the launch "
-            "(--startup_timeout)") in error, error
-    print(f"lost during start-up: machine 0 named it {survivor.ended - killed:.1f} s after "
-          f"the kill ({survivor.ended - survivor.started:.1f} s after its launch, limit 30 s)")

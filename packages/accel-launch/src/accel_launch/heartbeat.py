@@ -71,7 +71,11 @@ class Heartbeat:
         return self
 
     def stop(self) -> None:
+        """No beat after this returns (a roll call right after must see this machine
+        silent)."""
         self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5.0)
         if self in _ACTIVE:
             _ACTIVE.remove(self)
         if self.line is not None:

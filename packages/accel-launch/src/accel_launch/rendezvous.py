@@ -137,7 +137,10 @@ def wait_until_reachable(host: str, port: int, progress: Progress, world: int,
             elif unreachable_since is None:
                 unreachable_since = time.monotonic()
         now = time.monotonic()
-        if unreachable_since is not None and now - unreachable_since >= unreachable_limit:
+        # unreachable for the limit, or until the rendezvous time ran out (the first attempt
+        # of a loaded machine may start late): either way the address is what to name
+        if unreachable_since is not None and (now - unreachable_since >= unreachable_limit
+                                              or progress.left() <= 0):
             raise MachinesError(
                 f"cannot reach machine 0 at {host}:{port} (--main_process_ip / "
                 f"--main_process_port) within {unreachable_limit:.0f} s: {reason}. Give machine "
