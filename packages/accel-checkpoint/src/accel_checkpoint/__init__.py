@@ -16,7 +16,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.4.3"
+__version__ = "0.4.4"
 
 _EXPORTS = {
     "CheckpointManager": "accel_checkpoint.manager",

@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.2.3"
+__version__ = "0.2.4"
 
 # module -> the public names it defines
 _MODULES = {

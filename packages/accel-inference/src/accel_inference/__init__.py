@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.2.5"
+__version__ = "0.2.6"
 
 _MODULES = {
     "accel_inference.empty_init": ("init_empty_weights", "init_on_device"),

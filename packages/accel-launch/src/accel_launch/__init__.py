@@ -7,4 +7,4 @@ handlers that need it.
 
 from __future__ import annotations
 
-__version__ = "0.3.3"
+__version__ = "0.3.4"

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from accel_parallel._lazy import lazy_getattr
 
-__version__ = "0.3.6"
+__version__ = "0.3.7"
 
 # module -> the public names it defines
 _MODULES = {

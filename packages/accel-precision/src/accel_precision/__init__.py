@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.2"
+__version__ = "0.1.3"
 
 # module -> the public names it defines
 _MODULES = {

@@ -73,7 +73,7 @@ from accel_state.state import (
     is_initialized,
 )
 
-__version__ = "0.1.10"
+__version__ = "0.1.11"
 
 
 def wait_for_everyone() -> None:

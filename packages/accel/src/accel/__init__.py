@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.4.5"
+__version__ = "0.4.6"
 
 # public name -> module that defines it
 _EXPORTS = {
