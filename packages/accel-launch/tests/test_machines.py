@@ -4,6 +4,7 @@ in-memory store shared by threads standing in for the launchers; the plan's job 
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 from accel_launch.launch import launch_command_parser
@@ -151,3 +152,37 @@ def test_an_address_unreachable_until_the_rendezvous_ends_is_named(monkeypatch) 
     with pytest.raises(rendezvous.MachinesError, match=r"cannot reach machine 0 at "
                                                        r"10\.0\.0\.9:1 .* within 12 s"):
         rendezvous.wait_until_reachable("10.0.0.9", 1, progress, 2, unreachable_limit=12.0)
+
+
+def test_a_silent_machine_is_named_without_waiting_and_not_in_the_exit_barrier() -> None:
+    from accel_launch.heartbeat import Heartbeat
+
+    store = torch_dist.HashStore()
+    _meet_all(store, {0: _me(0), 1: _me(1)}, 2)
+    beats = [Heartbeat(store, "t", rank, 2, interval=0.05).start() for rank in range(2)]
+    try:
+        assert beats[0].silent(after=0.5) == []  # first heard now
+        beats[1].stop()
+        assert beats[0].silent(after=0.5) == []  # silent, but not for 0.5 s yet
+        time.sleep(0.6)
+        assert beats[0].silent(after=0.5) == ["machine rank 1 (host1, 10.0.0.2)"]
+        beats[0]._in_exit_barrier = lambda: True  # the workers finished: others may leave
+        assert beats[0].silent(after=0.5) == []
+    finally:
+        for beat in beats:
+            beat.stop()
+
+
+def test_the_watchdog_ends_the_job_when_a_machine_is_lost(tmp_path) -> None:
+    from accel_launch.watchdog import Watchdog
+
+    ended = threading.Event()
+    dog = Watchdog(str(tmp_path), 1800, poll=0.05, machines=2,
+                   lost_machines=lambda: ["machine rank 1 (host1, 10.0.0.2)"])
+    dog._end_job = ended.set  # (it would SIGTERM this process's main thread)
+    with dog:
+        assert ended.wait(5)
+    assert dog.lost == ["machine rank 1 (host1, 10.0.0.2)"]
+    assert dog.summary == ("machine rank 1 (host1, 10.0.0.2) was lost before the first step "
+                           "(no heartbeat, or its connection closed): this machine's workers "
+                           "were waiting for it and were stopped (exit code 124).")

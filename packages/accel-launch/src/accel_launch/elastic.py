@@ -221,7 +221,8 @@ def run_plan(plan: LaunchPlan, *, quiet: bool = False, debug: bool = False) -> i
         return exit_code_of(failure.exitcode)
     except SignalException as exc:
         if isinstance(dog, Watchdog) and dog.summary is not None:
-            print(f"{_PROG}: error: {_after_lost(dog.summary)}", file=sys.stderr)
+            text = dog.summary if dog.lost else _after_lost(dog.summary)
+            print(f"{_PROG}: error: {text}", file=sys.stderr)
             return STALL_EXIT_CODE
         print(f"{_PROG}: stopped by signal {exc.sigval.name}; the workers were stopped.",
               file=sys.stderr)
@@ -262,7 +263,8 @@ def _watchdog(plan: LaunchPlan, folder: str | None) -> Any:
         return contextlib.nullcontext()
     return Watchdog(folder, plan.stall_timeout, expected=int(plan.config["nproc_per_node"]),
                     machines=int(plan.config["max_nodes"]),
-                    startup_timeout=plan.startup_timeout)
+                    startup_timeout=plan.startup_timeout,
+                    lost_machines=heartbeat.silent_machines)
 
 
 def _with_network_notes(args: argparse.Namespace, plan: LaunchPlan) -> LaunchPlan:

@@ -6,6 +6,9 @@ only report its own rank's exit. So every launcher of a static multi-machine lau
 a counter in the rendezvous store (``alive/R``) every ``interval`` seconds once the
 machines have met; a launcher whose workers failed takes a roll call (:func:`roll_call`):
 the counters that do not move within a few intervals belong to machines that are gone.
+While the workers run, the launcher's watchdog asks :func:`silent_machines` too: a machine
+silent for :data:`LOST_AFTER` seconds ends the job at once, naming it, where the workers
+would otherwise wait for it in a collective or ``init_process_group`` for many minutes.
 Machine 0 holds the store: the others keep an idle connection to its port open (the one
 that found it reachable) and take its end-of-file as its loss, without a store call that
 would fail noisily in torch's C++ code.
@@ -26,9 +29,13 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["Heartbeat", "active", "lost_machines_note"]
+__all__ = ["LOST_AFTER", "Heartbeat", "active", "lost_machines_note", "silent_machines"]
 
 _ACTIVE: list[Heartbeat] = []
+
+#: seconds without a beat after which a machine counts as lost while the job runs (its beat
+#: comes every second from an idle launcher thread: 20 missed ones are no slow machine)
+LOST_AFTER = 20.0
 
 
 def active() -> Heartbeat | None:
@@ -58,6 +65,7 @@ class Heartbeat:
         self._host = (f"machine rank 0 ({peer[0]}, which holds the rendezvous store)" if peer
                       else "machine rank 0 (it holds the rendezvous store)")
         self._lock = threading.Lock()  # the store client is shared with the roll call
+        self._heard: dict[int, tuple[int, float]] = {}  # rank -> (count, when it changed)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="accel-heartbeat", daemon=True)
 
@@ -129,6 +137,27 @@ class Heartbeat:
             except Exception:  # noqa: BLE001 - machine 0 gone: the roll call will say so
                 return
 
+    def silent(self, after: float = LOST_AFTER) -> list[str]:
+        """The machines (by name) that have not beaten for ``after`` s - machine 0 as soon as
+        its connection closed - without waiting. None while this machine's workers have
+        finished (torch's exit barrier: the others may leave first)."""
+        if self._in_exit_barrier():
+            return []
+        if not self.host_alive():
+            return [self._host]
+        try:
+            counts = self._counts()
+        except Exception:  # noqa: BLE001 - the store is machine 0's
+            return [self._host]
+        now, silent = time.monotonic(), []
+        for rank, count in counts.items():
+            heard = self._heard.get(rank)
+            if heard is None or heard[0] != count:
+                self._heard[rank] = (count, now)
+            elif now - heard[1] >= after:
+                silent.append(_who(self._entry(rank), rank))
+        return silent
+
     def _counts(self) -> dict[int, int]:
         with self._lock:
             return {r: self.store.add(self.key("alive", r), 0) for r in range(self.world)
@@ -136,8 +165,10 @@ class Heartbeat:
 
     def _entry(self, rank: int) -> dict[str, Any] | None:
         try:
-            with self._lock:
-                return json.loads(self.store.get(self.key("shape", rank)).decode())
+            with self._lock:  # (a get of a missing key would block, holding the lock)
+                key = self.key("shape", rank)
+                return json.loads(self.store.get(key).decode()) if self.store.check([key]) \
+                    else None
         except Exception:  # noqa: BLE001 - the name is a courtesy
             return None
 
@@ -168,3 +199,10 @@ def lost_machines_note() -> str | None:
     verb, pronoun = ("was", "it") if len(lost) == 1 else ("were", "they")
     return (f"{' and '.join(lost)} {verb} lost ({pronoun} stopped answering); what follows on "
             "this machine is a consequence (see that machine's output, if it has any).")
+
+
+def silent_machines() -> list[str]:
+    """The machines of this process's launch that stopped beating (see
+    :meth:`Heartbeat.silent`); [] without a heartbeat (one machine, or c10d)."""
+    beat = active()
+    return beat.silent() if beat is not None else []

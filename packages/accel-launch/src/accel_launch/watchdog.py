@@ -151,8 +151,12 @@ class Watchdog:
     def __init__(self, folder: str, stall_timeout: float | None, *, expected: int = 0,
                  machines: int = 1, clock: Callable[[], float] = time.monotonic,
                  poll: float | None = None, dump_wait: float = 3.0, grace: float = 3.0,
-                 out: Any = None, startup_timeout: float | None = None) -> None:
+                 out: Any = None, startup_timeout: float | None = None,
+                 lost_machines: Callable[[], list[str]] | None = None) -> None:
         self.folder, self.stall_timeout = folder, stall_timeout
+        self.lost_machines = lost_machines
+        """Names the machines that are gone (accel_launch.heartbeat): the job ends at once."""
+        self.lost: list[str] = []
         self.startup_timeout = startup_timeout
         self._armed_at: float | None = None  # the launch, or a restart: start-up begins
         self.starting = False
@@ -214,6 +218,12 @@ class Watchdog:
     def _run(self) -> None:
         while not self._stop.wait(self._poll):
             self.observe()
+            self.lost = self.lost_machines() if self.lost_machines is not None else []
+            if self.lost:  # the ranks wait for one that will never come: no stacks needed
+                self.summary = self.lost_summary()
+                quiet_torch_logs()
+                self._end_job()
+                return
             if self.stalled() or self.stuck_starting():
                 self.starting = not self.stalled()
                 self.fire()
@@ -309,6 +319,13 @@ class Watchdog:
             text = (f"the job hung: {_who(p)} stopped first, after {_steps(p.steps)}{others}"
                     f"{where}; the other ranks were waiting for it. {tail}")
         return text + self._scope_note()
+
+    def lost_summary(self) -> str:
+        verb, phase = "was" if len(self.lost) == 1 else "were", (
+            "before the first step" if self._last_step is None else "while the job ran")
+        return (f"{' and '.join(self.lost)} {verb} lost {phase} (no heartbeat, or its "
+                "connection closed): this machine's workers were waiting for it and were "
+                f"stopped (exit code {STALL_EXIT_CODE}).")
 
     def _scope_note(self) -> str:
         notes = []
