@@ -173,18 +173,14 @@ class Heartbeat:
             return None
 
     def roll_call(self, beats: float = 3.0) -> list[str]:
-        """The machines that stopped beating (by name), waiting ``beats`` intervals."""
-        if not self.host_alive():
-            return [self._host]
-        try:
-            before = self._counts()
-            time.sleep(beats * self.interval)
-            after = self._counts()
-        except Exception:  # noqa: BLE001 - the store is machine 0's
-            return [self._host]
-        if not self.host_alive():
-            return [self._host]
-        return [_who(self._entry(r), r) for r in sorted(after) if after[r] == before[r]]
+        """The machines that stopped beating (by name), waiting ``beats`` intervals for
+        those not yet known silent that long (:meth:`silent`, asked twice)."""
+        after = beats * self.interval
+        lost = self.silent(after)  # also notes the counts it had not heard yet
+        if lost:
+            return lost
+        time.sleep(after)
+        return self.silent(after)
 
 
 def lost_machines_note() -> str | None:
